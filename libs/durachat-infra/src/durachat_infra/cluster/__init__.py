@@ -1,0 +1,15 @@
+"""Cluster membership, rendezvous ownership and conversation leases."""
+
+from durachat_infra.cluster.lease import LeaseGrant, LeaseHeldError, Leases
+from durachat_infra.cluster.membership import ClusterView, ShardInfo, ShardRegistration
+from durachat_infra.cluster.rendezvous import owner_of
+
+__all__ = [
+    "ClusterView",
+    "LeaseGrant",
+    "LeaseHeldError",
+    "Leases",
+    "ShardInfo",
+    "ShardRegistration",
+    "owner_of",
+]

@@ -1,0 +1,99 @@
+"""Per-conversation leases with a fencing epoch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from durachat_infra.keys import ClusterKeys, ConversationKeys
+
+# KEYS: lease, epoch. ARGV: shard id, ttl ms, whether the current holder may be displaced ("1"
+# when its membership record is gone). Returns {epoch, acquired-now flag} or {-1, holder}.
+_ACQUIRE = """
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {tonumber(redis.call('GET', KEYS[2]) or '0'), 0}
+end
+if holder and ARGV[3] ~= '1' then
+  return {-1, holder}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {redis.call('INCR', KEYS[2]), 1}
+"""
+
+# KEYS: lease. ARGV: shard id, ttl ms. 1 if still held and renewed, 0 if lost.
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    """A held lease: the fencing epoch that every write of this tenure carries."""
+
+    epoch: int
+    fresh: bool
+    """True when this call acquired the lease (as opposed to re-confirming it)."""
+
+
+class LeaseHeldError(Exception):
+    """Another live shard holds the lease."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(f"lease held by {holder}")
+        self.holder = holder
+
+
+class Leases:
+    """Acquire, renew and release conversation leases for one shard."""
+
+    def __init__(self, redis: Redis, cluster: ClusterKeys, shard_id: str, ttl: float) -> None:
+        self._redis = redis
+        self._cluster = cluster
+        self._shard_id = shard_id
+        self._ttl_ms = str(int(ttl * 1000))
+        self._acquire = redis.register_script(_ACQUIRE)
+        self._renew = redis.register_script(_RENEW)
+        self._release = redis.register_script(_RELEASE)
+
+    async def acquire(self, keys: ConversationKeys) -> LeaseGrant:
+        """Take the lease (or confirm it); raises `LeaseHeldError` if a live shard holds it.
+
+        A holder whose membership record has expired is dead, and its lease is taken over at
+        once: the new epoch fences out anything it might still try to write.
+        """
+        result = await self._acquire(keys=[keys.lease, keys.epoch], args=[self._shard_id, self._ttl_ms, "0"])
+        if int(result[0]) >= 0:
+            return LeaseGrant(epoch=int(result[0]), fresh=bool(int(result[1])))
+        holder = str(result[1])
+        if await self._redis.exists(self._cluster.shard(holder)):
+            raise LeaseHeldError(holder)
+        result = await self._acquire(keys=[keys.lease, keys.epoch], args=[self._shard_id, self._ttl_ms, "1"])
+        return LeaseGrant(epoch=int(result[0]), fresh=bool(int(result[1])))
+
+    async def renew(self, keys: ConversationKeys) -> bool:
+        """Extend the lease; False if it was lost."""
+        return bool(await self._renew(keys=[keys.lease], args=[self._shard_id, self._ttl_ms]))
+
+    async def renew_many(self, many: list[ConversationKeys]) -> list[bool]:
+        """Extend many leases in one round trip."""
+        pipe = self._redis.pipeline(transaction=False)
+        for keys in many:
+            await self._renew(keys=[keys.lease], args=[self._shard_id, self._ttl_ms], client=pipe)
+        return [bool(r) for r in await pipe.execute()]
+
+    async def release(self, keys: ConversationKeys) -> None:
+        """Give the lease up if still held."""
+        await self._release(keys=[keys.lease], args=[self._shard_id])

@@ -1,0 +1,29 @@
+"""The per-conversation event log on Redis Streams: replay and broadcast in one mechanism."""
+
+from durachat_infra.eventlog.entries import (
+    ALL,
+    Kind,
+    LogEntry,
+    all_but,
+    entry_id_key,
+    is_for,
+    only,
+    with_replay_flag,
+)
+from durachat_infra.eventlog.reader import LogReader
+from durachat_infra.eventlog.state import StreamState
+from durachat_infra.eventlog.writer import LogWriter
+
+__all__ = [
+    "ALL",
+    "Kind",
+    "LogEntry",
+    "LogReader",
+    "LogWriter",
+    "StreamState",
+    "all_but",
+    "entry_id_key",
+    "is_for",
+    "only",
+    "with_replay_flag",
+]

@@ -1,0 +1,96 @@
+"""Entries of a conversation's event log.
+
+Each entry carries one outgoing frame (already serialised, so gateways forward bytes), who it is
+for, and what it is: a stream chunk of a request, a terminal frame of a request, another frame,
+or a control record that changes the stream state gateways mirror.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class Kind(StrEnum):
+    """What an entry is; one byte on the wire."""
+
+    CHUNK = "c"
+    """A `cf_agent_use_chat_response` chunk frame of request `request` (replayable)."""
+    TERMINAL = "d"
+    """The terminal frame of request `request` (ends its stream)."""
+    FRAME = "f"
+    """Any other frame (transcript broadcasts, clear, message updates)."""
+    CONTROL = "s"
+    """A stream-state change; `frame` is its JSON payload, never sent to clients."""
+
+
+ALL = "*"
+
+
+def all_but(connection_id: str) -> str:
+    """Target every connection except `connection_id`."""
+    return f"-{connection_id}"
+
+
+def only(connection_id: str) -> str:
+    """Target `connection_id` alone."""
+    return f"={connection_id}"
+
+
+def is_for(target: str, connection_id: str) -> bool:
+    """Whether an entry with `target` is delivered to `connection_id`."""
+    if target == ALL:
+        return True
+    if target[0] == "-":
+        return target[1:] != connection_id
+    return target[1:] == connection_id
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One entry read from an event log."""
+
+    id: str
+    kind: Kind
+    frame: str
+    target: str
+    request: str
+    state: str = ""
+    """JSON of the stream-state change this entry made, if any."""
+
+    @classmethod
+    def from_fields(cls, entry_id: str, fields: dict[str, str]) -> LogEntry:
+        """Build an entry from a Redis stream record."""
+        return cls(
+            id=entry_id,
+            kind=Kind(fields.get("k", "f")),
+            frame=fields.get("f", ""),
+            target=fields.get("t", ALL),
+            request=fields.get("r", ""),
+            state=fields.get("s", ""),
+        )
+
+    def state_change(self) -> dict[str, str] | None:
+        """The stream-state change this entry made, if any."""
+        if not self.state:
+            return None
+        change: dict[str, str] = json.loads(self.state)
+        return change
+
+    def control(self) -> dict[str, Any]:
+        """The payload of a control entry."""
+        payload: dict[str, Any] = json.loads(self.frame)
+        return payload
+
+
+def entry_id_key(entry_id: str) -> tuple[int, int]:
+    """Sort key of a stream entry id (`ms-seq`)."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def with_replay_flag(frame: str) -> str:
+    """Mark a serialised chunk frame as replayed (`"replay": true`)."""
+    return frame[:-1] + ',"replay":true}'

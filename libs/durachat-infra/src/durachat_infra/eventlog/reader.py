@@ -1,0 +1,125 @@
+"""The gateway's side of the event log: following many conversations with few connections."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from durachat_infra.eventlog.entries import LogEntry
+from durachat_infra.eventlog.scripts import SNAPSHOT
+from durachat_infra.eventlog.state import StreamState
+from durachat_infra.keys import ConversationKeys
+
+log = logging.getLogger(__name__)
+
+EntryHandler = Callable[[list[LogEntry]], None]
+
+
+class LogReader:
+    """Follows the event logs of every conversation a gateway's clients watch.
+
+    One blocking `XREAD` covers all followed logs plus a private wake stream; following a new
+    log writes to the wake stream so the blocked read returns and picks the new key up at once.
+    Handlers are called in entry order, synchronously, on the event loop.
+    """
+
+    def __init__(self, redis: Redis, blocking: Redis, wake_key: str, *, block_ms: int = 5000):
+        self._redis = redis
+        self._blocking = blocking
+        self._wake_key = wake_key
+        self._block_ms = block_ms
+        self._follows: dict[str, tuple[str, EntryHandler]] = {}
+        self._wake_id = "$"
+        self._task: asyncio.Task[None] | None = None
+        self._snapshot = redis.register_script(SNAPSHOT)
+
+    async def start(self) -> None:
+        """Start following (call once)."""
+        await self._redis.xadd(self._wake_key, {"w": "1"}, maxlen=16)
+        last = await self._redis.xrevrange(self._wake_key, count=1)
+        self._wake_id = last[0][0] if last else "0-0"
+        self._task = asyncio.create_task(self._loop(), name="log-reader")
+
+    async def stop(self) -> None:
+        """Stop following everything."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self._redis.delete(self._wake_key)
+
+    async def snapshot(self, keys: ConversationKeys) -> tuple[StreamState, str]:
+        """Read a conversation's stream state and the id of its newest entry, atomically."""
+        raw: Any = await self._snapshot(keys=[keys.log, keys.state])
+        flat, last_id = raw
+        fields = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat), 2)}
+        return StreamState.from_hash(fields), str(last_id)
+
+    async def read_range(
+        self, keys: ConversationKeys, start: str, *, page: int = 1000
+    ) -> list[LogEntry]:
+        """Every entry from `start` (inclusive) to the end of the log."""
+        out: list[LogEntry] = []
+        cursor = start
+        while True:
+            rows = await self._redis.xrange(keys.log, min=cursor, count=page)
+            out.extend(LogEntry.from_fields(rid, fields) for rid, fields in rows)
+            if len(rows) < page:
+                return out
+            cursor = "(" + rows[-1][0]
+
+    def follow(self, keys: ConversationKeys, after: str, handler: EntryHandler) -> None:
+        """Deliver every entry after `after` of `keys.log` to `handler`."""
+        self._follows[keys.log] = (after, handler)
+        self._wake()
+
+    def unfollow(self, keys: ConversationKeys) -> None:
+        """Stop delivering entries of `keys.log`."""
+        self._follows.pop(keys.log, None)
+
+    def _wake(self) -> None:
+        async def wake() -> None:
+            try:
+                await self._redis.xadd(self._wake_key, {"w": "1"}, maxlen=16)
+            except RedisError as exc:
+                log.warning("could not wake the log reader: %s", exc)
+
+        asyncio.get_running_loop().create_task(wake())
+
+    async def _loop(self) -> None:
+        delay = 0.05
+        while True:
+            streams: dict[str, str] = {self._wake_key: self._wake_id}
+            for key, (after, _) in self._follows.items():
+                streams[key] = after
+            try:
+                result = await self._blocking.xread(streams, block=self._block_ms, count=1000)
+            except RedisError as exc:
+                log.warning("event log read failed, retrying: %s", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            delay = 0.05
+            for key, rows in result or []:
+                if not rows:
+                    continue
+                if key == self._wake_key:
+                    self._wake_id = rows[-1][0]
+                    continue
+                follow = self._follows.get(key)
+                if follow is None:
+                    continue
+                _, handler = follow
+                self._follows[key] = (rows[-1][0], handler)
+                entries = [LogEntry.from_fields(rid, fields) for rid, fields in rows]
+                try:
+                    handler(entries)
+                except Exception:
+                    log.exception("event log handler failed for %s", key)

@@ -1,0 +1,43 @@
+"""The stream state of a conversation, mirrored by gateways for the resume handshake."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class StreamState:
+    """Where a conversation's stream is.
+
+    `status` is `idle` (nothing accepted), `pending` (a turn is accepted but has not started
+    streaming), `streaming`, or `done` (the last stream finished; its chunks are still in the log
+    from `start`).
+    """
+
+    status: str = "idle"
+    request: str = ""
+    start: str = ""
+    continuation: bool = False
+
+    @classmethod
+    def from_hash(cls, fields: dict[str, str]) -> StreamState:
+        """Decode the Redis hash form."""
+        return cls(
+            status=fields.get("status", "idle") or "idle",
+            request=fields.get("req", ""),
+            start=fields.get("start", ""),
+            continuation=fields.get("cont", "0") == "1",
+        )
+
+    def apply(self, change: dict[str, str], entry_id: str) -> None:
+        """Apply a control change (the same one the writer applied to the hash)."""
+        for field, value in change.items():
+            resolved = entry_id if value == "$id" else value
+            if field == "status":
+                self.status = resolved
+            elif field == "req":
+                self.request = resolved
+            elif field == "start":
+                self.start = resolved
+            elif field == "cont":
+                self.continuation = resolved == "1"

@@ -1,0 +1,64 @@
+"""Every Redis key durachat uses, in one place.
+
+A conversation's keys share a hash tag derived from its identity, so in Redis Cluster they live
+on one slot and can be used together in scripts and transactions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+
+def conversation_tag(tenant: str, agent: str, name: str) -> str:
+    """Stable short tag of a conversation identity (names may contain any character)."""
+    raw = f"{tenant}\x00{agent}\x00{name}".encode()
+    return hashlib.blake2b(raw, digest_size=10).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationKeys:
+    """Keys of one conversation."""
+
+    prefix: str
+    tag: str
+
+    @property
+    def log(self) -> str:
+        """Redis Stream: the conversation's event log (replay and broadcast)."""
+        return f"{self.prefix}:{{{self.tag}}}:log"
+
+    @property
+    def state(self) -> str:
+        """Hash: the stream state gateways need for the resume handshake."""
+        return f"{self.prefix}:{{{self.tag}}}:state"
+
+    @property
+    def lease(self) -> str:
+        """String: the id of the shard holding the conversation (with a TTL)."""
+        return f"{self.prefix}:{{{self.tag}}}:lease"
+
+    @property
+    def epoch(self) -> str:
+        """Counter: the fencing epoch, incremented on every lease acquisition."""
+        return f"{self.prefix}:{{{self.tag}}}:epoch"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterKeys:
+    """Keys of cluster membership."""
+
+    prefix: str
+
+    @property
+    def shards(self) -> str:
+        """Sorted set of shard ids, scored by their last heartbeat (epoch seconds)."""
+        return f"{self.prefix}:shards"
+
+    def shard(self, shard_id: str) -> str:
+        """String with a TTL: the JSON descriptor of a live shard."""
+        return f"{self.prefix}:shard:{shard_id}"
+
+    def gateway_wake(self, gateway_id: str) -> str:
+        """Stream a gateway writes to itself to wake its blocked log readers."""
+        return f"{self.prefix}:gw:{gateway_id}:wake"

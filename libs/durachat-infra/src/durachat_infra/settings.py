@@ -1,0 +1,103 @@
+"""Typed settings of every durachat process, read from the environment.
+
+Settings objects are built once in each process's `main()` and passed down; nothing reads the
+environment at import time. Every variable is documented in `docs/configuration.md`.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class CommonSettings(BaseSettings):
+    """Settings shared by the gateway, shard and jobs processes."""
+
+    model_config = SettingsConfigDict(env_prefix="DURACHAT_", extra="ignore")
+
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
+    """Redis server holding the event logs, membership, leases and job queues."""
+
+    database_url: str = Field(
+        default="sqlite+aiosqlite:///var/durachat.db", validation_alias="DATABASE_URL"
+    )
+    """SQLAlchemy URL of the transcript store (SQLite file by default, PostgreSQL in a cluster)."""
+
+    key_prefix: str = "dc"
+    """Prefix of every Redis key, so several clusters can share one Redis."""
+
+    log_level: str = "INFO"
+
+
+class ClusterTiming(BaseSettings):
+    """Membership and lease timing, shared so gateways and shards agree."""
+
+    model_config = SettingsConfigDict(env_prefix="DURACHAT_", extra="ignore")
+
+    heartbeat_interval: float = 0.5
+    """Seconds between a shard's membership heartbeats."""
+
+    shard_ttl: float = 2.0
+    """Seconds after its last heartbeat that a shard counts as dead."""
+
+    lease_ttl: float = 3.0
+    """Seconds a conversation lease lives without renewal."""
+
+
+class ShardSettings(CommonSettings, ClusterTiming):
+    """Settings of a shard process."""
+
+    shard_id: str = Field(default_factory=lambda: f"shard-{uuid.uuid4().hex[:8]}")
+    host: str = Field(default="127.0.0.1", validation_alias="DURACHAT_SHARD_HOST")
+    """Address the shard's internal API binds to (gateways connect to it)."""
+
+    port: int = Field(default=0, validation_alias="DURACHAT_SHARD_PORT")
+    """Port of the internal API; 0 picks a free one and registers it."""
+
+    agents: str = "durachat.demo"
+    """Comma-separated import paths of modules (or `module:Class`) defining agents."""
+
+    model: str = "durachat/scripted"
+    """litellm model string the demo agent uses."""
+
+    idle_evict_after: float = 300.0
+    """Seconds an idle conversation stays in memory before it is evicted."""
+
+    log_maxlen: int = 10_000
+    """Approximate maximum entries kept in a conversation's event log."""
+
+
+class GatewaySettings(CommonSettings, ClusterTiming):
+    """Settings of a gateway process."""
+
+    gateway_id: str = Field(default_factory=lambda: f"gw-{uuid.uuid4().hex[:8]}")
+    host: str = Field(default="127.0.0.1", validation_alias="HOST")
+    port: int = Field(default=8080, validation_alias="PORT")
+    tenant: str = "default"
+    """Tenant that unauthenticated connections belong to."""
+
+    forward_timeout: float = 10.0
+    """Seconds a client frame may take to reach its owner shard, redirects and retries included."""
+
+    send_queue_limit: int = 4096
+    """Frames buffered for one slow client before it is told to resync."""
+
+    max_frame_bytes: int = 4 * 1024 * 1024
+    """Largest client frame accepted."""
+
+
+class JobsSettings(CommonSettings):
+    """Settings of the jobs worker."""
+
+    stream_retention: float = 600.0
+    """Seconds a finished stream's entries stay replayable in the event log."""
+
+
+def process_env(**overrides: str) -> dict[str, str]:
+    """Return this process's environment with `overrides` applied (for spawning children)."""
+    env = dict(os.environ)
+    env.update(overrides)
+    return env

@@ -1,0 +1,188 @@
+"""Engines for the store: URL normalisation, per-connection SQLite setup, error translation."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Final
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from durachat_infra.store.errors import DatabaseUnavailableError, StoreError
+
+logger = logging.getLogger(__name__)
+
+SQLITE_BUSY_TIMEOUT_MS: Final = 5000
+"""How long a SQLite connection waits for another writer before failing with "database is locked"."""
+
+POSTGRES_CONNECT_TIMEOUT_S: Final = 10
+"""asyncpg's default (60 s) would hide an unreachable database for a minute."""
+
+BEGIN_OPTION: Final = "durachat_sqlite_begin"
+"""Execution option naming the SQLite `BEGIN` variant (`"IMMEDIATE"` for writers)."""
+
+_DRIVERS: Final = {
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+aiosqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "postgresql+asyncpg": "postgresql+asyncpg",
+}
+# SQLSTATE classes meaning "the server or the connection is the problem, try again":
+# 08 connection exception, 53 insufficient resources, 57P operator intervention (shutdown,
+# cannot connect now), 40001/40P01 serialization failure and deadlock.
+_UNAVAILABLE_SQLSTATE_PREFIXES: Final = ("08", "53", "57P", "40001", "40P01")
+_SQLITE_UNAVAILABLE: Final = (
+    "database is locked",
+    "database table is locked",
+    "unable to open database file",
+    "disk i/o error",
+)
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Return `url` with the async driver the store uses.
+
+    Accepts `sqlite:///path`, `sqlite+aiosqlite:///path`, `postgresql://...`, `postgres://...`
+    and `postgresql+asyncpg://...`.
+
+    Raises:
+        ValueError: another database or driver, or an in-memory SQLite database (each pooled
+            connection would see its own empty database).
+    """
+    parsed = make_url(url)
+    driver = _DRIVERS.get(parsed.drivername)
+    if driver is None:
+        raise ValueError(
+            f"unsupported database URL scheme {parsed.drivername!r}: "
+            "use sqlite[+aiosqlite]:///path or postgresql[+asyncpg]://..."
+        )
+    parsed = parsed.set(drivername=driver)
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ValueError("in-memory SQLite is not supported: use a file path (a temp file)")
+    return parsed
+
+
+def create_engine(url: str | URL, *, echo: bool = False) -> AsyncEngine:
+    """Create an engine for `url` configured the way the store needs it.
+
+    SQLite connections get foreign keys, WAL, `synchronous=NORMAL` (durable across process
+    crashes; a power loss may drop the last commits but never corrupts), a busy timeout, and
+    transactions started by SQLAlchemy (`BEGIN`, or `BEGIN IMMEDIATE` under `BEGIN_OPTION`).
+    PostgreSQL connections are pre-pinged so a restarted server does not fail the first query.
+    """
+    parsed = normalize_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        engine = create_async_engine(parsed, echo=echo)
+        install_sqlite_hooks(engine)
+        return engine
+    return create_async_engine(
+        parsed,
+        echo=echo,
+        pool_pre_ping=True,
+        connect_args={"timeout": POSTGRES_CONNECT_TIMEOUT_S},
+    )
+
+
+def install_sqlite_hooks(engine: AsyncEngine) -> None:
+    """Install the per-connection SQLite setup on `engine` (idempotent; no-op for PostgreSQL).
+
+    Only connections opened after this call are configured, so call it before first use.
+    """
+    sync_engine = engine.sync_engine
+    if sync_engine.dialect.name != "sqlite" or event.contains(sync_engine, "connect", _on_connect):
+        return
+    event.listen(sync_engine, "connect", _on_connect)
+    event.listen(sync_engine, "begin", _on_begin)
+
+
+def _on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    # SQLAlchemy's documented recipe: stop the driver from issuing BEGIN itself, so that every
+    # transaction (DDL included) is begun by `_on_begin`.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
+def _on_begin(conn: Connection) -> None:
+    # A writer that began with a plain (deferred) BEGIN would read first and then need to upgrade
+    # its lock; two such writers deadlock and one fails at once, without waiting for the busy
+    # timeout. BEGIN IMMEDIATE takes the write lock up front, so writers queue instead.
+    if conn.get_execution_options().get(BEGIN_OPTION) == "IMMEDIATE":
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    else:
+        conn.exec_driver_sql("BEGIN")
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Tell whether `exc` means the database is unreachable or busy rather than the request bad."""
+    if isinstance(exc, OSError | TimeoutError):
+        return True
+    if isinstance(exc, DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        exc = exc.orig if exc.orig is not None else exc
+    if isinstance(exc, sqlite3.Error):
+        message = str(exc).lower()
+        return isinstance(exc, sqlite3.OperationalError) and any(
+            fragment in message for fragment in _SQLITE_UNAVAILABLE
+        )
+    # asyncpg errors (raw, or as wrapped by SQLAlchemy) carry the server's SQLSTATE.
+    sqlstate = getattr(exc, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate.startswith(_UNAVAILABLE_SQLSTATE_PREFIXES)
+
+
+@contextlib.contextmanager
+def translate_errors(action: str) -> Iterator[None]:
+    """Map database exceptions raised inside the block onto the store's errors.
+
+    Only wrap code that talks to the database: `OSError` is taken to mean a lost connection.
+    """
+    try:
+        yield
+    except StoreError:
+        raise
+    except (SQLAlchemyError, OSError, TimeoutError) as exc:
+        if is_unavailable(exc):
+            raise DatabaseUnavailableError(f"{action}: database unavailable: {exc}") from exc
+        raise StoreError(f"{action}: {exc}") from exc
+
+
+@contextlib.asynccontextmanager
+async def connect(engine: AsyncEngine, action: str) -> AsyncIterator[AsyncConnection]:
+    """Check a connection out of `engine`; any failure to get one is `DatabaseUnavailableError`.
+
+    The connection is closed (rolling back anything uncommitted) when the block exits.
+    """
+    try:
+        conn = await engine.connect()
+    except Exception as exc:
+        # asyncpg raises its own exceptions (bad password, missing database, server starting)
+        # unwrapped at connect time; whatever the cause, there is no database to talk to.
+        raise DatabaseUnavailableError(f"{action}: cannot connect to the database: {exc}") from exc
+    try:
+        yield conn
+    finally:
+        await _close_quietly(conn)
+
+
+async def _close_quietly(conn: AsyncConnection) -> None:
+    # Closing rolls back an open transaction. If the connection is already dead that fails too;
+    # the pool discards the connection, and the exception that ended the block (if any) is the one
+    # worth propagating, so a failure here must not replace it.
+    try:
+        await conn.close()
+    except (SQLAlchemyError, OSError):
+        logger.warning("discarding a database connection that failed to close", exc_info=True)

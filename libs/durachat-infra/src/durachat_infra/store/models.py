@@ -1,0 +1,177 @@
+"""SQLAlchemy models of the store's tables.
+
+The models describe the schema at the newest migration; the migrations in `migrations/versions`
+are hand-written and are what creates the schema (a test checks the two agree). Queries use these
+models through SQLAlchemy Core; there are no ORM relationships or sessions.
+
+Conventions:
+
+* surrogate keys are 64-bit on PostgreSQL (`BIGSERIAL`) and `INTEGER PRIMARY KEY AUTOINCREMENT`
+  on SQLite, so ids are never reused after a delete on either database;
+* timestamps are timezone-aware UTC (`UTCDateTime`), JSON documents are text (`JSONText`);
+* every constraint and index has a deterministic name (`NAMING_CONVENTION`), so later migrations
+  can alter them by name on both databases (SQLite batch mode needs names).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from durachat_infra.store._types import JSONText, UTCDateTime, utcnow
+
+__all__ = [
+    "NAMING_CONVENTION",
+    "Base",
+    "Branch",
+    "Conversation",
+    "Message",
+    "Tenant",
+    "Turn",
+]
+
+NAMING_CONVENTION = {
+    "pk": "pk_%(table_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+}
+
+Id = BigInteger().with_variant(Integer(), "sqlite")
+"""Surrogate key type: `BIGINT` on PostgreSQL; `INTEGER` on SQLite, the only rowid alias."""
+
+
+class Base(DeclarativeBase):
+    """Declarative base holding the store's `MetaData`."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), str: Text()}
+
+
+class _Timestamps:
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(
+        default=utcnow, onupdate=utcnow, server_default=func.now()
+    )
+
+
+class Tenant(Base):
+    """A tenant; every conversation belongs to one. The first migration seeds `default`."""
+
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(primary_key=True)
+    name: Mapped[str]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, server_default=func.now())
+
+
+class Conversation(_Timestamps, Base):
+    """A conversation `(tenant, agent, name)` with its fencing epoch and sequence counter."""
+
+    __tablename__ = "conversations"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "agent", "name"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    agent: Mapped[str]
+    name: Mapped[str]
+    epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    """Fencing token: only a writer presenting this epoch may write (DESIGN §4)."""
+    next_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    """Next message sequence number to hand out."""
+    last_body: Mapped[dict[str, Any] | None] = mapped_column(JSONText)
+    last_client_tools: Mapped[list[Any] | None] = mapped_column(JSONText)
+
+
+class Message(_Timestamps, Base):
+    """A node of a conversation's message tree; `body` is the UIMessage JSON."""
+
+    __tablename__ = "messages"
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "seq"),
+        Index(None, "conversation_id", "message_id"),
+        Index(None, "parent_id"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    message_id: Mapped[str]
+    """The UIMessage id. Not unique: an edited message keeps its id on another branch."""
+    parent_id: Mapped[int | None] = mapped_column(Id, ForeignKey("messages.id"))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    role: Mapped[str]
+    body: Mapped[dict[str, Any]] = mapped_column(JSONText)
+
+
+class Branch(_Timestamps, Base):
+    """A named pointer to a leaf of the message tree; `main` exists for every conversation."""
+
+    __tablename__ = "branches"
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "name"),
+        # The three foreign keys into messages/branches are checked on every delete of a message
+        # or branch; without these indexes each check would scan the whole table.
+        Index(None, "leaf_id"),
+        Index(None, "fork_message_id"),
+        Index(None, "parent_branch_id"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    name: Mapped[str]
+    leaf_id: Mapped[int | None] = mapped_column(Id, ForeignKey("messages.id", ondelete="SET NULL"))
+    parent_branch_id: Mapped[int | None] = mapped_column(
+        Id, ForeignKey("branches.id", ondelete="SET NULL")
+    )
+    fork_message_id: Mapped[int | None] = mapped_column(
+        Id, ForeignKey("messages.id", ondelete="SET NULL")
+    )
+
+
+class Turn(_Timestamps, Base):
+    """A turn: the durable record of one request, its owner, heartbeat and stash (DESIGN §9)."""
+
+    __tablename__ = "turns"
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "request_id"),
+        Index(None, "status", "heartbeat_at"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    request_id: Mapped[str]
+    kind: Mapped[str]
+    status: Mapped[str]
+    owner: Mapped[str | None]
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    heartbeat_at: Mapped[datetime | None]
+    message_id: Mapped[str | None]
+    request: Mapped[dict[str, Any] | None] = mapped_column(JSONText)
+    stash: Mapped[dict[str, Any] | None] = mapped_column(JSONText)
+    error: Mapped[str | None]

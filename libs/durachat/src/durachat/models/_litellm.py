@@ -1,0 +1,125 @@
+"""The one module that imports litellm: offline configuration and a typed boundary around it.
+
+Everything else in durachat reaches litellm through the names defined here, so the offline
+settings below are always applied before litellm's first import.
+"""
+
+from __future__ import annotations
+
+import os
+
+# These must be in the environment before `import litellm`: litellm reads them while importing.
+# - Without LITELLM_LOCAL_MODEL_COST_MAP, importing litellm downloads the model cost map from
+#   GitHub (blocking import for seconds when offline, retrying in a background thread).
+# - LITELLM_OFFLINE_MODE makes litellm use its bundled copies of everything else it would fetch
+#   by itself (Hugging Face tokenizers for token counting, Anthropic beta-header config, ...).
+#   Tiktoken needs no setting: litellm points TIKTOKEN_CACHE_DIR at its bundled encodings.
+# - In its default "DEV" mode, importing litellm loads a `.env` file found by walking up from
+#   litellm's install directory (so a repository's `.env` leaks into os.environ). durachat builds
+#   its configuration explicitly, so it opts out.
+# setdefault keeps an operator's explicit choice.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
+
+from collections.abc import Awaitable
+from typing import Any, Protocol
+
+import litellm
+from litellm import exceptions as _exc
+from litellm.llms.custom_llm import CustomLLM
+from litellm.types.utils import GenericStreamingChunk, ModelResponse
+
+from durachat.models.errors import ModelError
+
+# litellm prints a "Give Feedback / Get Help" banner to stdout for every mapped error otherwise.
+litellm.suppress_debug_info = True
+
+__all__ = [
+    "CompletionStream",
+    "CustomLLM",
+    "GenericStreamingChunk",
+    "ModelResponse",
+    "complete",
+    "open_stream",
+    "provider_error",
+    "register_provider",
+    "to_model_error",
+]
+
+
+class CompletionStream(Protocol):
+    """The part of litellm's `CustomStreamWrapper` that durachat uses.
+
+    Each item is a litellm `ModelResponseStream` (`.choices[0].delta`, `.choices[0].finish_reason`).
+    """
+
+    def __anext__(self) -> Awaitable[Any]: ...
+
+    async def aclose(self) -> None: ...
+
+
+async def open_stream(
+    model: str, messages: list[dict[str, Any]], **kwargs: Any
+) -> CompletionStream:
+    """Start a streaming chat completion through `litellm.acompletion`.
+
+    Raises:
+        Exception: whatever litellm raises; map it with `to_model_error`.
+    """
+    stream: CompletionStream = await litellm.acompletion(
+        model=model, messages=messages, stream=True, **kwargs
+    )
+    return stream
+
+
+async def complete(model: str, messages: list[dict[str, Any]], **kwargs: Any) -> ModelResponse:
+    """Run a non-streaming chat completion through `litellm.acompletion`."""
+    response: ModelResponse = await litellm.acompletion(model=model, messages=messages, **kwargs)
+    return response
+
+
+def register_provider(provider: str, handler: CustomLLM) -> None:
+    """Serve `provider/<model>` strings with `handler`; a no-op if `provider` is registered."""
+    if any(item["provider"] == provider for item in litellm.custom_provider_map):
+        return
+    litellm.custom_provider_map.append({"provider": provider, "custom_handler": handler})
+
+
+def provider_error(message: str, *, provider: str, model: str) -> Exception:
+    """An error for a custom provider to raise: litellm treats it as a provider failure (500)."""
+    error: Exception = _exc.APIError(
+        status_code=500, message=message, llm_provider=provider, model=model
+    )
+    return error
+
+
+_PUBLIC_MESSAGES: tuple[tuple[type[BaseException], str], ...] = (
+    # Subclasses of BadRequestError come before it.
+    (_exc.ContextWindowExceededError, "The conversation is too long for the model."),
+    (_exc.ContentPolicyViolationError, "The model provider refused the request (content policy)."),
+    (_exc.RateLimitError, "The model provider is rate limiting requests. Try again later."),
+    (_exc.Timeout, "The model took too long to respond."),
+    (_exc.AuthenticationError, "The model is not available (provider authentication failed)."),
+    (_exc.PermissionDeniedError, "The model is not available (permission denied)."),
+    (_exc.NotFoundError, "The model is not available (not found)."),
+    (_exc.BadRequestError, "The model provider rejected the request."),
+)
+_DEFAULT_PUBLIC_MESSAGE = "The model failed to respond."
+
+
+def to_model_error(error: Exception) -> ModelError:
+    """Map an exception raised by litellm (or a provider behind it) to a `ModelError`.
+
+    The detailed message is kept for logs; the public message depends only on the error's class,
+    so it never carries provider output, URLs or credentials.
+    """
+    cause: BaseException = error
+    # Mid-stream failures come wrapped for the Router's fallback logic; classify the real cause.
+    if isinstance(error, _exc.MidStreamFallbackError) and error.original_exception is not None:
+        cause = error.original_exception
+    public = next(
+        (text for kind, text in _PUBLIC_MESSAGES if isinstance(cause, kind)),
+        _DEFAULT_PUBLIC_MESSAGE,
+    )
+    return ModelError(str(error) or type(error).__name__, public_message=public)

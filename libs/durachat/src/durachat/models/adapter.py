@@ -1,0 +1,153 @@
+"""The litellm adapter: UI messages in, UI message stream chunks out."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+from durachat.models._chat_messages import to_chat_messages
+from durachat.models._litellm import CompletionStream, open_stream, to_model_error
+from durachat.models._ui_chunks import UIChunkConverter
+from durachat.models.scripted import PROVIDER as _SCRIPTED_PROVIDER
+from durachat.models.scripted import register_scripted_model
+from durachat.types import JSONDict, UIChunk
+
+__all__ = ["stream_ui_chunks", "to_chat_messages"]
+
+_T = TypeVar("_T")
+
+
+class _AbortedError(Exception):
+    """The abort event was set while waiting for the model."""
+
+
+class _AbortGuard:
+    """Interrupts a wait on the model when an abort event is set.
+
+    One watcher task per stream (not per chunk): when the event is set while the consuming task
+    is suspended in `wait`, the watcher cancels that task and `wait` turns the cancellation into
+    `_AbortedError`, the way `asyncio.timeout` does. Between waits the event is polled instead,
+    so the consumer's own awaits are never cancelled.
+    """
+
+    __slots__ = ("_cancelling", "_event", "_fired", "_task", "_watcher")
+
+    def __init__(self, event: asyncio.Event) -> None:
+        self._event = event
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelling = 0
+        self._fired = False
+        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        await self._event.wait()
+        if self._task is not None:
+            self._fired = True
+            self._task.cancel()
+
+    async def wait(self, awaitable: Awaitable[_T]) -> _T:
+        if self._event.is_set():
+            raise _AbortedError
+        # Re-read on every wait: a consumer may drive the generator from different tasks.
+        task = self._task = asyncio.current_task()
+        if task is None:  # pragma: no cover - only reachable outside a task
+            return await awaitable
+        self._cancelling = task.cancelling()
+        try:
+            result = await awaitable
+        except asyncio.CancelledError:
+            if self._fired and task.uncancel() <= self._cancelling:
+                raise _AbortedError from None
+            raise
+        finally:
+            self._task = None
+        if self._fired:  # the cancellation was swallowed below us
+            task.uncancel()
+            raise _AbortedError
+        return result
+
+    def close(self) -> None:
+        self._watcher.cancel()
+
+
+async def stream_ui_chunks(
+    model: str,
+    messages: list[JSONDict],
+    *,
+    tools: list[JSONDict] | None = None,
+    abort: asyncio.Event | None = None,
+    **kwargs: Any,
+) -> AsyncIterator[UIChunk]:
+    """Stream one model step as UI message stream chunks.
+
+    Calls `litellm.acompletion(model=model, messages=messages, stream=True, tools=tools,
+    **kwargs)` and converts the deltas: `start-step`, then text / reasoning blocks
+    (`text-start`, `text-delta`..., `text-end`), tool calls (`tool-input-start`,
+    `tool-input-delta`..., and once the stream ends `tool-input-available`, or
+    `tool-input-error` when the arguments are not a JSON object), then `finish-step` and
+    `finish` with the mapped `finishReason`. It never emits `start`: the caller owns the
+    message id.
+
+    Models `durachat/...` (the scripted model) are registered with litellm on first use.
+
+    Args:
+        model: litellm model string, e.g. `openai/gpt-4o` or `durachat/scripted`.
+        messages: OpenAI chat messages (see `to_chat_messages`).
+        tools: OpenAI tool definitions, passed through.
+        abort: When set, the stream stops at once: the model call is interrupted and closed and
+            no further chunks (no `finish`) are produced.
+        **kwargs: Passed to `litellm.acompletion` (api_base, api_key, temperature, ...).
+
+    Yields:
+        UI message stream chunks (new dicts, safe to keep).
+
+    Raises:
+        ModelError: The model call failed (before or during the stream); chained to the cause.
+    """
+    if abort is not None and abort.is_set():
+        return
+    if model.startswith(_SCRIPTED_PROVIDER + "/"):
+        register_scripted_model()
+    if tools is not None:
+        kwargs["tools"] = tools
+    guard = _AbortGuard(abort) if abort is not None else None
+    stream: CompletionStream | None = None
+    try:
+        try:
+            opening = open_stream(model, messages, **kwargs)
+            stream = await (opening if guard is None else guard.wait(opening))
+        except _AbortedError:
+            return
+        except Exception as exc:
+            raise to_model_error(exc) from exc
+        yield {"type": "start-step"}
+        converter = UIChunkConverter()
+        out: list[UIChunk] = []
+        next_chunk = stream.__anext__
+        while True:
+            try:
+                chunk = await (next_chunk() if guard is None else guard.wait(next_chunk()))
+            except StopAsyncIteration:
+                break
+            except _AbortedError:
+                return
+            except Exception as exc:
+                raise to_model_error(exc) from exc
+            converter.feed(chunk, out)
+            if out:
+                for ui_chunk in out:
+                    yield ui_chunk
+                out.clear()
+            if abort is not None and abort.is_set():
+                return
+        finish_reason = converter.finish(out)
+        for ui_chunk in out:
+            yield ui_chunk
+        yield {"type": "finish-step"}
+        yield {"type": "finish", "finishReason": finish_reason}
+    finally:
+        if guard is not None:
+            guard.close()
+        if stream is not None:
+            await stream.aclose()

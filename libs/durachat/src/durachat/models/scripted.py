@@ -1,0 +1,220 @@
+"""The built-in scripted model: deterministic, offline, served through litellm as a provider.
+
+Call it through litellm like any other model, with the model string `durachat/scripted`, after
+`register_scripted_model()`. Its reply depends only on the text of the last user message
+(stripped):
+
+* exactly `sure` (any case): one delta, `Sure`;
+* contains `slow`: 50 deltas `s00 ` ... `s49 `, `SLOW_INTERVAL` apart;
+* contains `error`: the delta `partial `, then a provider error (HTTP 500 to litellm);
+* anything else: `echo: <text>` split after each space (`echo: `, `hello `, `world`),
+  `ECHO_INTERVAL` apart.
+
+`slow` and `error` are matched case-sensitively, in that order. Deltas are scheduled against the
+event loop's monotonic clock from the start of the stream (delta *i* is due at
+`start + i * interval`), so event-loop jitter does not accumulate. The non-streaming call returns
+the whole text after the time the last delta would have been due.
+
+Delays are `interval * scale`. The scale comes from the `delay_scale` keyword of the litellm call
+(`litellm.acompletion(..., delay_scale=0.01)`; litellm hands unknown keywords to custom providers
+as `optional_params`), else from the environment variable `DURACHAT_SCRIPTED_DELAY_SCALE`, else
+1.0. A scale of 0 removes the delays (each delta still yields to the event loop once).
+
+Usage is deterministic: prompt tokens are the whitespace-separated words of all message texts,
+completion tokens the number of deltas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from durachat.models._litellm import (
+    CustomLLM,
+    GenericStreamingChunk,
+    ModelResponse,
+    provider_error,
+    register_provider,
+)
+
+__all__ = [
+    "DELAY_SCALE_ENV",
+    "ECHO_INTERVAL",
+    "PROVIDER",
+    "SCRIPTED_MODEL",
+    "SLOW_INTERVAL",
+    "ScriptedLLM",
+    "register_scripted_model",
+]
+
+PROVIDER: Final = "durachat"
+SCRIPTED_MODEL: Final = f"{PROVIDER}/scripted"
+ECHO_INTERVAL: Final = 0.020
+"""Seconds between echo deltas at scale 1."""
+SLOW_INTERVAL: Final = 0.100
+"""Seconds between `slow` deltas at scale 1."""
+SLOW_DELTAS: Final = 50
+DELAY_SCALE_ENV: Final = "DURACHAT_SCRIPTED_DELAY_SCALE"
+ERROR_MESSAGE: Final = "scripted model failure"
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """What the scripted model replies to one request."""
+
+    deltas: tuple[str, ...]
+    interval: float
+    fails: bool = False
+
+
+def script_for(text: str) -> Script:
+    """The reply to a last user message whose text is `text` (delays at scale 1)."""
+    text = text.strip()
+    if text.lower() == "sure":
+        return Script(("Sure",), 0.0)
+    if "slow" in text:
+        return Script(tuple(f"s{i:02d} " for i in range(SLOW_DELTAS)), SLOW_INTERVAL)
+    if "error" in text:
+        return Script(("partial ",), 0.0, fails=True)
+    pieces = f"echo: {text}".split(" ")
+    deltas = [piece + " " for piece in pieces[:-1]]
+    if pieces[-1]:
+        deltas.append(pieces[-1])
+    return Script(tuple(deltas), ECHO_INTERVAL)
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict)
+            and part.get("type") == "text"
+            and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return _content_text(message.get("content"))
+    return ""
+
+
+def _prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    return sum(len(_content_text(message.get("content")).split()) for message in messages)
+
+
+def _delay_scale(optional_params: Mapping[str, Any]) -> float:
+    raw = optional_params.get("delay_scale")
+    if raw is None:
+        raw = os.environ.get(DELAY_SCALE_ENV, "1.0")
+    try:
+        scale = float(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"scripted model: delay scale must be a number, got {raw!r}") from None
+    if not scale >= 0.0:  # also rejects NaN
+        raise ValueError(f"scripted model: delay scale must be >= 0, got {raw!r}")
+    return scale
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+    # sleep(0) when already due, so a zero-delay stream still lets other tasks run.
+    await asyncio.sleep(max(0.0, deadline - loop.time()))
+
+
+class ScriptedLLM(CustomLLM):
+    """litellm custom provider that plays a `Script` (see the module docstring)."""
+
+    # litellm calls the handler with keyword arguments only (model, messages, optional_params,
+    # model_response, logging_obj, ...); this model needs three of them.
+
+    def astreaming(  # type: ignore[override]
+        self, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[GenericStreamingChunk]:
+        # The base class declares a coroutine, but litellm uses the return value directly as the
+        # async iterator of chunks, so this must return the generator without awaiting.
+        messages: list[dict[str, Any]] = kwargs["messages"]
+        script = script_for(_last_user_text(messages))
+        scale = _delay_scale(kwargs.get("optional_params") or {})
+        return self._play(script, scale, _prompt_tokens(messages), str(kwargs.get("model", "")))
+
+    async def acompletion(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        """Return the whole scripted text once the last delta would have been due."""
+        messages: list[dict[str, Any]] = kwargs["messages"]
+        script = script_for(_last_user_text(messages))
+        scale = _delay_scale(kwargs.get("optional_params") or {})
+        model = str(kwargs.get("model", ""))
+        loop = asyncio.get_running_loop()
+        await _sleep_until(loop, loop.time() + (len(script.deltas) - 1) * script.interval * scale)
+        if script.fails:
+            raise provider_error(ERROR_MESSAGE, provider=PROVIDER, model=model)
+        prompt_tokens = _prompt_tokens(messages)
+        completion_tokens = len(script.deltas)
+        return ModelResponse(
+            model=model,
+            choices=[
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "".join(script.deltas)},
+                }
+            ],
+            usage={
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        )
+
+    @staticmethod
+    async def _play(
+        script: Script, scale: float, prompt_tokens: int, model: str
+    ) -> AsyncIterator[GenericStreamingChunk]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        interval = script.interval * scale
+        for i, delta in enumerate(script.deltas):
+            if i:
+                await _sleep_until(loop, start + i * interval)
+            yield {
+                "text": delta,
+                "tool_use": None,
+                "is_finished": False,
+                "finish_reason": "",
+                "usage": None,
+                "index": 0,
+            }
+        if script.fails:
+            raise provider_error(ERROR_MESSAGE, provider=PROVIDER, model=model)
+        completion_tokens = len(script.deltas)
+        yield {
+            "text": "",
+            "tool_use": None,
+            "is_finished": True,
+            "finish_reason": "stop",
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+            "index": 0,
+        }
+
+
+_HANDLER: Final = ScriptedLLM()
+
+
+def register_scripted_model() -> None:
+    """Make `SCRIPTED_MODEL` (`durachat/scripted`) callable through litellm.
+
+    Idempotent; `stream_ui_chunks` calls it for `durachat/...` models, so only direct
+    `litellm` callers need it.
+    """
+    register_provider(PROVIDER, _HANDLER)

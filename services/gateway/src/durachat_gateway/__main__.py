@@ -1,0 +1,34 @@
+"""`python -m durachat_gateway`: run a gateway process."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from durachat_infra.settings import GatewaySettings
+
+
+def main() -> None:
+    """Entry point."""
+    settings = GatewaySettings()
+    logging.basicConfig(
+        level=settings.log_level,
+        format=f"%(asctime)s {settings.gateway_id} %(levelname)s %(name)s: %(message)s",
+    )
+    from durachat_gateway.app import build_app
+
+    print(f"gateway {settings.gateway_id} listening on http://{settings.host}:{settings.port}", flush=True)
+    uvicorn.run(
+        build_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+        ws_per_message_deflate=True,
+        timeout_graceful_shutdown=5,
+    )
+
+
+if __name__ == "__main__":
+    main()

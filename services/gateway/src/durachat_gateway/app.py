@@ -1,0 +1,285 @@
+"""The gateway's HTTP and WebSocket surface."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Query, Request, WebSocket
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
+from redis.asyncio import Redis
+from starlette.websockets import WebSocketDisconnect
+
+from durachat.protocol import MessageType
+from durachat_infra.cluster import ClusterView
+from durachat_infra.eventlog import LogReader
+from durachat_infra.keys import ClusterKeys, conversation_tag
+from durachat_infra.settings import GatewaySettings
+from durachat_infra.store import ConversationKey, DatabaseUnavailableError, Store
+
+from durachat_gateway.channels import Channel, Channels
+from durachat_gateway.connection import ClientConnection
+from durachat_gateway.forwarder import ForwardError, Forwarder
+
+log = logging.getLogger(__name__)
+
+CONNECTIONS = Gauge("durachat_gateway_connections", "Open client WebSocket connections")
+CHANNELS = Gauge("durachat_gateway_channels", "Conversations followed by this gateway")
+FRAMES_IN = Counter("durachat_gateway_frames_in_total", "Client frames received", ["type"])
+FRAME_ERRORS = Counter("durachat_gateway_frame_errors_total", "Client frames rejected", ["code"])
+
+FORWARDED = {
+    MessageType.USE_CHAT_REQUEST.value,
+    MessageType.CHAT_MESSAGES.value,
+    MessageType.CHAT_CLEAR.value,
+    MessageType.CHAT_REQUEST_CANCEL.value,
+}
+
+
+@dataclass(slots=True)
+class Runtime:
+    """What the gateway's handlers share."""
+
+    settings: GatewaySettings
+    redis: Redis
+    view: ClusterView
+    reader: LogReader
+    channels: Channels
+    forwarder: Forwarder
+    store: Store
+
+    def agents(self) -> set[str]:
+        """Agent names served by the live shards."""
+        return {name for shard in self.view.shards.values() for name in shard.agents}
+
+
+def build_app(settings: GatewaySettings) -> FastAPI:
+    """The gateway application."""
+    runtime: Runtime | None = None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        nonlocal runtime
+        redis = Redis.from_url(settings.redis_url, decode_responses=True)
+        blocking = Redis.from_url(
+            settings.redis_url, decode_responses=True, single_connection_client=True
+        )
+        cluster = ClusterKeys(settings.key_prefix)
+        view = ClusterView(redis, cluster, refresh=settings.heartbeat_interval)
+        await view.start()
+        reader = LogReader(redis, blocking, cluster.gateway_wake(settings.gateway_id))
+        await reader.start()
+        runtime = Runtime(
+            settings=settings,
+            redis=redis,
+            view=view,
+            reader=reader,
+            channels=Channels(reader, settings.key_prefix),
+            forwarder=Forwarder(view, timeout=settings.forward_timeout),
+            store=Store.from_url(settings.database_url),
+        )
+        try:
+            yield
+        finally:
+            await reader.stop()
+            await view.stop()
+            await runtime.forwarder.aclose()
+            await runtime.store.close()
+            await blocking.aclose()
+            await redis.aclose()
+
+    app = FastAPI(title="durachat gateway", lifespan=lifespan)
+
+    def rt() -> Runtime:
+        assert runtime is not None
+        return runtime
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {"ok": True, "gateway": settings.gateway_id}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        CHANNELS.set(len(rt().channels))
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/cluster")
+    async def cluster() -> dict[str, Any]:
+        shards = await rt().view.refresh()
+        return {
+            "shards": [
+                {
+                    "id": s.id,
+                    "pid": s.pid,
+                    "address": s.address,
+                    "agents": list(s.agents),
+                    "active_conversations": s.active_conversations,
+                }
+                for s in sorted(shards.values(), key=lambda s: s.id)
+            ]
+        }
+
+    @app.get("/v1/cluster/owner")
+    async def owner(
+        agent: str = Query(...), name: str = Query(...), tenant: str | None = None
+    ) -> JSONResponse:
+        r = rt()
+        await r.view.refresh()
+        tag = conversation_tag(tenant or settings.tenant, agent, name)
+        shard = r.view.owner(tag)
+        if shard is None:
+            return JSONResponse({"code": "no_shards", "message": "no live shard"}, 503)
+        return JSONResponse({"shard": shard.id, "pid": shard.pid, "address": shard.address})
+
+    @app.api_route("/agents/{agent}/{name}/get-messages", methods=["GET", "POST", "HEAD"])
+    async def get_messages(agent: str, name: str) -> Response:
+        r = rt()
+        if agent not in r.agents():
+            return PlainTextResponse("Invalid request", 400)
+        try:
+            messages = await r.store.transcript(ConversationKey(settings.tenant, agent, name))
+        except DatabaseUnavailableError:
+            return JSONResponse(
+                {"code": "database_unavailable", "message": "the transcript store is unavailable"},
+                503,
+            )
+        return JSONResponse(messages)
+
+    @app.api_route("/agents/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+    async def other(path: str, request: Request) -> Response:
+        parts = [p for p in path.split("/") if p]
+        if len(parts) < 2:
+            return PlainTextResponse("Not found", 404)
+        if parts[0] not in rt().agents():
+            return PlainTextResponse("Invalid request", 400)
+        return PlainTextResponse("Not implemented", 404)
+
+    @app.websocket("/agents/{agent}/{name}")
+    async def chat_socket(websocket: WebSocket, agent: str, name: str) -> None:
+        r = rt()
+        if agent not in r.agents():
+            await _deny(websocket, 400, "Invalid request")
+            return
+        await websocket.accept()
+        connection_id = websocket.query_params.get("_pk") or uuid.uuid4().hex
+        conn = ClientConnection(websocket, connection_id, limit=settings.send_queue_limit)
+        conn.start()
+        key = ConversationKey(settings.tenant, agent, name)
+        tag = conversation_tag(key.tenant, key.agent, key.name)
+        CONNECTIONS.inc()
+        channel: Channel | None = None
+        try:
+            channel = await r.channels.join(tag, conn)
+            channel.greet(conn)
+            conn.send_json({"type": MessageType.IDENTITY.value, "name": name, "agent": agent})
+            conn.send_json(
+                {
+                    "mcp": {"prompts": [], "resources": [], "servers": {}, "tools": []},
+                    "type": MessageType.MCP_SERVERS.value,
+                }
+            )
+            await _serve(r, websocket, conn, channel, key, tag)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            CONNECTIONS.dec()
+            if channel is not None:
+                r.channels.leave(tag, conn)
+            await conn.aclose()
+
+    return app
+
+
+async def _deny(websocket: WebSocket, status: int, text: str) -> None:
+    try:
+        await websocket.send_denial_response(PlainTextResponse(text, status))
+    except RuntimeError:
+        await websocket.close(1008)
+
+
+def _error(conn: ClientConnection, code: str, message: str) -> None:
+    FRAME_ERRORS.labels(code).inc()
+    conn.send_json({"type": MessageType.ERROR.value, "code": code, "message": message})
+
+
+async def _serve(
+    r: Runtime,
+    websocket: WebSocket,
+    conn: ClientConnection,
+    channel: Channel,
+    key: ConversationKey,
+    tag: str,
+) -> None:
+    limit = r.settings.max_frame_bytes
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        text = message.get("text")
+        if text is None:
+            _error(conn, "binary_frame", "frames must be JSON text")
+            continue
+        if len(text) > limit:
+            _error(conn, "frame_too_large", f"frames are limited to {limit} bytes")
+            continue
+        try:
+            frame = json.loads(text)
+        except json.JSONDecodeError as exc:
+            _error(conn, "invalid_json", f"frame is not valid JSON: {exc.msg}")
+            continue
+        if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+            _error(conn, "invalid_frame", "a frame is a JSON object with a string `type`")
+            continue
+        kind: str = frame["type"]
+        FRAMES_IN.labels(kind if kind.startswith("cf_agent_") else "other").inc()
+        if kind == MessageType.STREAM_RESUME_REQUEST.value:
+            probe = frame.get("probeId")
+            channel.resume_request(conn, probe if isinstance(probe, str) else None)
+        elif kind == MessageType.STREAM_RESUME_ACK.value:
+            request_id = frame.get("id")
+            if isinstance(request_id, str):
+                await channel.resume_ack(conn, request_id)
+            else:
+                _error(conn, "invalid_frame", "a resume ack needs the request `id`")
+        elif kind in FORWARDED:
+            await _forward(r, conn, key, tag, frame)
+        else:
+            _error(conn, "unknown_frame", f"frame type {kind!r} is not supported")
+
+
+async def _forward(
+    r: Runtime, conn: ClientConnection, key: ConversationKey, tag: str, frame: dict[str, Any]
+) -> None:
+    payload = {
+        "tenant": key.tenant,
+        "agent": key.agent,
+        "name": key.name,
+        "connection": conn.id,
+        "frame": frame,
+    }
+    # One forward at a time per connection keeps a client's frames in order.
+    async with conn.forwarding:
+        try:
+            await r.forwarder.forward(tag, payload)
+        except ForwardError as exc:
+            log.warning("could not forward %s: %s", frame.get("type"), exc.message)
+            if frame.get("type") == MessageType.USE_CHAT_REQUEST.value and isinstance(
+                frame.get("id"), str
+            ):
+                conn.send_json(
+                    {
+                        "type": MessageType.USE_CHAT_RESPONSE.value,
+                        "id": frame["id"],
+                        "body": "The conversation is unavailable right now. Please retry.",
+                        "done": True,
+                        "error": True,
+                        "outcome": "error",
+                    }
+                )
+            _error(conn, exc.code, exc.message)

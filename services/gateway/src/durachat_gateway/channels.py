@@ -1,0 +1,203 @@
+"""Conversations watched by this gateway's clients: fan-out and the resume handshake.
+
+A channel mirrors one conversation's stream state from its event log and delivers every entry to
+its local connections, honouring targeting and the handshake: a connection offered a stream is
+excluded from broadcasts until it ACKs; its replay is read from the log and spliced with live
+entries by entry id, so it gets every chunk exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from durachat.protocol import MessageType
+from durachat_infra.eventlog import (
+    Kind,
+    LogEntry,
+    LogReader,
+    StreamState,
+    entry_id_key,
+    is_for,
+    with_replay_flag,
+)
+from durachat_infra.keys import ConversationKeys
+
+from durachat_gateway.connection import ClientConnection
+
+log = logging.getLogger(__name__)
+
+RESPONSE = MessageType.USE_CHAT_RESPONSE.value
+
+
+class Channel:
+    """One conversation on this gateway."""
+
+    def __init__(self, keys: ConversationKeys, reader: LogReader) -> None:
+        self.keys = keys
+        self._reader = reader
+        self.state = StreamState()
+        self.connections: dict[str, ClientConnection] = {}
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def open(self) -> None:
+        """Read the current state and start following the log right after it."""
+        self.state, last_id = await self._reader.snapshot(self.keys)
+        self._reader.follow(self.keys, last_id, self.deliver)
+
+    def close(self) -> None:
+        """Stop following."""
+        self._reader.unfollow(self.keys)
+
+    def deliver(self, entries: list[LogEntry]) -> None:
+        """Fan entries out to the local connections, in order."""
+        for entry in entries:
+            if entry.kind is not Kind.CONTROL:
+                for conn in list(self.connections.values()):
+                    if conn.pending_resume is not None or not is_for(entry.target, conn.id):
+                        continue
+                    if conn.replaying:
+                        conn.buffer.append(entry)
+                    else:
+                        conn.send(entry.frame)
+            # State changes apply after delivery: a connection released by the end of a stream
+            # does not get that stream's terminal frame without its chunks.
+            change = entry.state_change()
+            if change is not None:
+                before = self.state.status
+                self.state.apply(change, entry.id)
+                self._on_state(before)
+
+    def _on_state(self, before: str) -> None:
+        state = self.state
+        if state.status == "streaming" and before != "streaming":
+            for conn in self.connections.values():
+                if conn.parked is not None:
+                    conn.parked = None
+                    conn.pending_resume = state.request
+                    conn.send_json({"type": MessageType.STREAM_RESUMING.value, "id": state.request})
+        elif state.status in ("idle", "done"):
+            for conn in self.connections.values():
+                if conn.parked is not None:
+                    conn.parked = None
+                    conn.send_json({"type": MessageType.STREAM_RESUME_NONE.value})
+                if not conn.replaying:
+                    conn.pending_resume = None
+
+    def greet(self, conn: ClientConnection) -> None:
+        """Frames a new connection gets first: the stream it can resume, if any."""
+        if self.state.status == "streaming":
+            conn.pending_resume = self.state.request
+            conn.send_json({"type": MessageType.STREAM_RESUMING.value, "id": self.state.request})
+        elif self.state.status == "pending":
+            conn.parked = self.state.request
+            conn.send_json({"type": MessageType.STREAM_PENDING.value, "id": self.state.request})
+
+    def resume_request(self, conn: ClientConnection, probe_id: str | None) -> None:
+        """Answer `cf_agent_stream_resume_request`."""
+        probe = {"probeId": probe_id} if probe_id else {}
+        state = self.state
+        if state.status == "streaming":
+            conn.pending_resume = state.request
+            conn.send_json({"type": MessageType.STREAM_RESUMING.value, "id": state.request, **probe})
+        elif state.status == "pending":
+            conn.parked = state.request
+            conn.send_json({"type": MessageType.STREAM_PENDING.value, "id": state.request, **probe})
+        else:
+            conn.send_json({"type": MessageType.STREAM_RESUME_NONE.value, "reason": "idle", **probe})
+
+    async def resume_ack(self, conn: ClientConnection, request_id: str) -> None:
+        """Answer `cf_agent_stream_resume_ack`: replay the stream, then go live."""
+        conn.pending_resume = None
+        state = self.state
+        if state.request != request_id or state.status not in ("streaming", "done") or not state.start:
+            conn.send_json(
+                {"body": "", "done": True, "id": request_id, "type": RESPONSE, "replay": True}
+            )
+            return
+        conn.replaying = True
+        conn.buffer = []
+        try:
+            entries = await self._reader.read_range(self.keys, state.start)
+        except Exception:
+            conn.replaying = False
+            conn.buffer = []
+            raise
+        last = entry_id_key(entries[-1].id) if entries else entry_id_key(state.start)
+        ended = False
+        for entry in entries:
+            if entry.request != request_id or not is_for(entry.target, conn.id):
+                continue
+            if entry.kind is Kind.CHUNK:
+                conn.send(with_replay_flag(entry.frame))
+            elif entry.kind is Kind.TERMINAL:
+                ended = True
+        tail = {"continuation": True} if state.continuation else {}
+        if ended:
+            conn.send_json(
+                {"body": "", "done": True, "id": request_id, "type": RESPONSE, "replay": True, **tail}
+            )
+        else:
+            conn.send_json(
+                {
+                    "body": "",
+                    "done": False,
+                    "id": request_id,
+                    "type": RESPONSE,
+                    "replay": True,
+                    "replayComplete": True,
+                    **tail,
+                }
+            )
+        for entry in conn.buffer:
+            replayed = (
+                entry.request == request_id
+                and entry.kind in (Kind.CHUNK, Kind.TERMINAL)
+                and entry_id_key(entry.id) <= last
+            )
+            if not replayed:
+                conn.send(entry.frame)
+        conn.buffer = []
+        conn.replaying = False
+
+
+class Channels:
+    """Every channel of this gateway, opened on first join and closed on last leave."""
+
+    def __init__(self, reader: LogReader, key_prefix: str) -> None:
+        self._reader = reader
+        self._prefix = key_prefix
+        self._channels: dict[str, Channel] = {}
+
+    def __len__(self) -> int:
+        return len(self._channels)
+
+    async def join(self, tag: str, conn: ClientConnection) -> Channel:
+        """Add `conn` to the channel of conversation `tag`."""
+        channel = self._channels.get(tag)
+        if channel is None:
+            channel = Channel(ConversationKeys(self._prefix, tag), self._reader)
+            self._channels[tag] = channel
+            try:
+                await channel.open()
+            except BaseException as exc:
+                del self._channels[tag]
+                channel.ready.set_exception(exc)
+                channel.ready.exception()
+                raise
+            channel.ready.set_result(None)
+        else:
+            await asyncio.shield(channel.ready)
+        channel.connections[conn.id] = conn
+        return channel
+
+    def leave(self, tag: str, conn: ClientConnection) -> None:
+        """Remove `conn`; the channel closes when its last connection leaves."""
+        channel = self._channels.get(tag)
+        if channel is None:
+            return
+        if channel.connections.get(conn.id) is conn:
+            del channel.connections[conn.id]
+        if not channel.connections:
+            channel.close()
+            del self._channels[tag]

@@ -1,0 +1,85 @@
+"""Forwarding client frames to the conversation's owner shard, following redirects."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import httpx
+
+from durachat_infra.cluster import ClusterView
+
+log = logging.getLogger(__name__)
+
+
+class ForwardError(Exception):
+    """A frame could not be delivered; `code` is stable."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Forwarder:
+    """Delivers frames to owner shards over their internal HTTP API.
+
+    The owner is found by rendezvous hashing over the live shards. A shard that is not the owner
+    answers 409; a shard that is down refuses the connection. Either way the gateway refreshes
+    its view and retries until `timeout`. Requests carry their own id, so a retry after a shard
+    crash is harmless: the new owner runs each request once.
+    """
+
+    def __init__(self, view: ClusterView, *, timeout: float) -> None:
+        self._view = view
+        self._timeout = timeout
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=1.0),
+            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP pool."""
+        await self._http.aclose()
+
+    async def forward(self, routing_key: str, payload: dict[str, Any]) -> None:
+        """Deliver `payload` to the owner of `routing_key`; raises `ForwardError`."""
+        deadline = time.monotonic() + self._timeout
+        delay = 0.02
+        last_error = "no live shard"
+        while True:
+            owner = self._view.owner(routing_key)
+            if owner is not None:
+                try:
+                    response = await self._http.post(
+                        f"http://{owner.address}/internal/v1/frames", json=payload
+                    )
+                except httpx.HTTPError as exc:
+                    last_error = f"shard {owner.id} unreachable: {exc!r}"
+                else:
+                    if response.status_code == 200:
+                        return
+                    body = _json(response)
+                    code = str(body.get("code", "shard_error"))
+                    if response.status_code == 404:
+                        raise ForwardError(code, "unknown agent")
+                    last_error = f"shard {owner.id} answered {response.status_code} {code}"
+            if time.monotonic() + delay > deadline:
+                raise ForwardError("unavailable", last_error)
+            log.debug("retrying forward: %s", last_error)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+            try:
+                await self._view.refresh()
+            except Exception:
+                log.debug("view refresh failed", exc_info=True)
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,30 @@
+"""`python -m durachat_shard`: run a shard process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from durachat_infra.settings import ShardSettings
+
+
+def main() -> None:
+    """Entry point."""
+    settings = ShardSettings()
+    logging.basicConfig(
+        level=settings.log_level,
+        format=f"%(asctime)s {settings.shard_id} %(levelname)s %(name)s: %(message)s",
+    )
+    from durachat_shard.server import serve
+
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,315 @@
+"""One live conversation on its owner shard: an actor with a serial turn queue.
+
+Inputs (client frames) are handled one at a time in arrival order, like a Durable Object's input
+gate. A streaming turn runs as its own task so a cancel, a clear or a new send can reach it while
+it streams; turns themselves run strictly one after another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from durachat.agent import Agent, Turn
+from durachat.messages import ReplyAssembler, new_assistant_id
+from durachat.models import ModelError
+from durachat.protocol import MessageType
+from durachat.types import JSONDict, UIChunk
+from durachat_infra.store import FencedError, Store
+
+from durachat_shard.emitter import Emitter
+from durachat_shard.requests import ChatRequest, FrameError, parse_chat_request, parse_messages
+from durachat_shard.transcript import Transcript
+
+log = logging.getLogger(__name__)
+
+GENERIC_ERROR = "An error occurred."
+
+
+@dataclass(slots=True)
+class _Inbound:
+    connection_id: str
+    frame: JSONDict
+
+
+@dataclass(slots=True)
+class _QueuedTurn:
+    request: ChatRequest
+    requester: str
+    generation: int
+    anchor: str | None
+    """Id of the message the reply answers (the leaf when the request was accepted)."""
+
+
+class ConversationActor:
+    """Owns one conversation while its shard holds the lease."""
+
+    def __init__(
+        self,
+        *,
+        conversation_id: int,
+        epoch: int,
+        shard_id: str,
+        agent: Agent,
+        transcript: Transcript,
+        store: Store,
+        emitter: Emitter,
+    ) -> None:
+        self.conversation_id = conversation_id
+        self.epoch = epoch
+        self.shard_id = shard_id
+        self.agent = agent
+        self.transcript = transcript
+        self.store = store
+        self.emit = emitter
+        self.last_active = time.monotonic()
+        self._inbox: asyncio.Queue[_Inbound] = asyncio.Queue()
+        self._turns: asyncio.Queue[_QueuedTurn] = asyncio.Queue()
+        self._generation = 0
+        self._active: tuple[str, asyncio.Event] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._fenced = False
+
+    def start(self) -> None:
+        """Start handling inputs and turns."""
+        self._tasks = [
+            asyncio.create_task(self._input_loop(), name=f"conv-{self.conversation_id}-inputs"),
+            asyncio.create_task(self._turn_loop(), name=f"conv-{self.conversation_id}-turns"),
+        ]
+
+    async def stop(self) -> None:
+        """Abort the running turn and stop."""
+        if self._active is not None:
+            self._active[1].set()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    @property
+    def busy(self) -> bool:
+        """Whether a turn is running or waiting, or inputs are queued."""
+        return self._active is not None or not self._turns.empty() or not self._inbox.empty()
+
+    @property
+    def fenced(self) -> bool:
+        """True once a write was rejected: this shard no longer owns the conversation."""
+        return self._fenced
+
+    def submit(self, connection_id: str, frame: JSONDict) -> None:
+        """Queue a client frame (already known to be a JSON object with a string `type`)."""
+        self.last_active = time.monotonic()
+        self._inbox.put_nowait(_Inbound(connection_id, frame))
+
+    async def _input_loop(self) -> None:
+        while True:
+            item = await self._inbox.get()
+            try:
+                await self._handle(item.connection_id, item.frame)
+            except FrameError as exc:
+                self._reject(item.connection_id, item.frame, exc)
+            except FencedError:
+                log.warning("conversation %s: write fenced off, stepping down", self.conversation_id)
+                self._fenced = True
+                return
+            except Exception:
+                log.exception("conversation %s: input failed", self.conversation_id)
+
+    def _reject(self, connection_id: str, frame: JSONDict, exc: FrameError) -> None:
+        request_id = frame.get("id")
+        if frame.get("type") == MessageType.USE_CHAT_REQUEST.value and isinstance(request_id, str):
+            self.emit.to(
+                connection_id,
+                {
+                    "type": MessageType.USE_CHAT_RESPONSE.value,
+                    "id": request_id,
+                    "body": exc.message,
+                    "done": True,
+                    "error": True,
+                    "outcome": "error",
+                },
+            )
+        self.emit.to(
+            connection_id,
+            {"type": MessageType.ERROR.value, "code": exc.code, "message": exc.message},
+        )
+
+    async def _handle(self, connection_id: str, frame: JSONDict) -> None:
+        kind = frame.get("type")
+        if kind == MessageType.USE_CHAT_REQUEST.value:
+            init = frame.get("init")
+            if isinstance(init, dict) and init.get("method", "POST") != "POST":
+                return
+            await self._accept(connection_id, parse_chat_request(frame))
+        elif kind == MessageType.CHAT_MESSAGES.value:
+            incoming = parse_messages(frame)
+            merged = await self.transcript.persist(incoming, truncate=False)
+            self.agent.messages = self.transcript.messages
+            self.emit.messages(merged, exclude=connection_id)
+        elif kind == MessageType.CHAT_CLEAR.value:
+            await self._clear(connection_id)
+        elif kind == MessageType.CHAT_REQUEST_CANCEL.value:
+            request_id = frame.get("id")
+            if self._active is not None and self._active[0] == request_id:
+                self._active[1].set()
+        else:
+            raise FrameError("unsupported_frame", f"frame type {kind!r} is not supported")
+
+    async def _accept(self, requester: str, request: ChatRequest) -> None:
+        async with self.store.transaction(self.conversation_id, self.epoch) as tx:
+            fresh = await tx.begin_turn(
+                request.request_id,
+                kind="regenerate" if request.trigger == "regenerate-message" else "submit",
+                owner=self.shard_id,
+                request={"body": request.body, "clientTools": request.client_tools},
+            )
+            if fresh:
+                await tx.save_request_context(request.body, request.client_tools)
+        if not fresh:
+            log.info("request %s already accepted; ignoring the repeat", request.request_id)
+            return
+        self.emit.pending(request.request_id)
+        merged = await self.transcript.persist(request.messages, truncate=True)
+        self.agent.messages = self.transcript.messages
+        self.emit.messages(merged, exclude=requester)
+        anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
+        self._turns.put_nowait(_QueuedTurn(request, requester, self._generation, anchor))
+
+    async def _clear(self, connection_id: str) -> None:
+        self._generation += 1
+        if self._active is not None:
+            self._active[1].set()
+        while not self._turns.empty():
+            skipped = self._turns.get_nowait()
+            self._skip(skipped)
+        await self.transcript.clear()
+        self.agent.messages = []
+        self.emit.clear(exclude=connection_id)
+
+    def _skip(self, queued: _QueuedTurn) -> None:
+        self.emit.terminal(
+            queued.request.request_id,
+            outcome="skipped",
+            message_ids=queued.request.user_message_ids,
+            continuation=False,
+            streamed=False,
+            target=f"={queued.requester}",
+        )
+
+    async def _turn_loop(self) -> None:
+        while True:
+            queued = await self._turns.get()
+            if queued.generation != self._generation:
+                self._skip(queued)
+                continue
+            try:
+                await self._run_turn(queued)
+            except FencedError:
+                log.warning("conversation %s: turn fenced off", self.conversation_id)
+                self._fenced = True
+                return
+            except Exception:
+                log.exception("conversation %s: turn failed", self.conversation_id)
+            finally:
+                self._active = None
+                self.last_active = time.monotonic()
+
+    async def _run_turn(self, queued: _QueuedTurn) -> None:
+        request = queued.request
+        abort = asyncio.Event()
+        self._active = (request.request_id, abort)
+        turn = Turn(
+            request_id=request.request_id,
+            messages=list(self.transcript.messages),
+            body=request.body,
+            abort=abort,
+            continuation=False,
+            client_tools=request.client_tools,
+            trigger=request.trigger,
+        )
+        async with self.store.transaction(self.conversation_id, self.epoch) as tx:
+            await tx.update_turn(request.request_id, status="running", heartbeat=True)
+        assembler = ReplyAssembler(
+            {"id": new_assistant_id(), "role": "assistant", "parts": []}, continuation=False
+        )
+        self.emit.stream_start(request.request_id, continuation=False)
+        outcome = "completed"
+        error_text: str | None = None
+        stream: AsyncIterator[UIChunk] = self.agent.on_chat_message(turn)
+
+        async def pump() -> None:
+            seq = 0
+            async for chunk in stream:
+                out = assembler.process(chunk)
+                if out is not None:
+                    self.emit.chunk(request.request_id, seq, out, continuation=False)
+                    seq += 1
+                if assembler.error_text is not None:
+                    return
+
+        # Two waiters per turn rather than per chunk: the chunk loop stays tight and a cancel
+        # still interrupts it between (or during) chunks.
+        pumping = asyncio.create_task(pump())
+        aborting = asyncio.create_task(abort.wait())
+        try:
+            await asyncio.wait({pumping, aborting}, return_when=asyncio.FIRST_COMPLETED)
+            if not pumping.done():
+                pumping.cancel()
+                outcome = "aborted"
+            try:
+                await pumping
+            except asyncio.CancelledError:
+                if not abort.is_set():
+                    raise
+        except ModelError as exc:
+            log.info("model error in %s: %s", request.request_id, exc)
+            error_text = exc.public_message or GENERIC_ERROR
+        except Exception:
+            log.exception("agent failed in %s", request.request_id)
+            error_text = GENERIC_ERROR
+        finally:
+            aborting.cancel()
+            if not pumping.done():
+                pumping.cancel()
+            await _close(stream)
+        if error_text is None and assembler.error_text is not None:
+            error_text = GENERIC_ERROR
+        if error_text is not None:
+            outcome = "error"
+            self.emit.error(
+                request.request_id,
+                error_text,
+                message_ids=request.user_message_ids,
+                continuation=False,
+            )
+        reply = assembler.message
+        if assembler.has_parts:
+            await self.transcript.put_reply(reply, anchor=queued.anchor)
+            self.agent.messages = self.transcript.messages
+            self.emit.messages(self.transcript.messages, exclude=queued.requester)
+        self.emit.terminal(
+            request.request_id,
+            outcome=None if outcome == "completed" else outcome,
+            message_ids=request.user_message_ids,
+            continuation=False,
+            streamed=True,
+        )
+        async with self.store.transaction(self.conversation_id, self.epoch) as tx:
+            await tx.update_turn(
+                request.request_id, status=outcome, message_id=str(reply["id"]), error=error_text
+            )
+
+
+async def _close(stream: AsyncIterator[UIChunk]) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        try:
+            await aclose()
+        except Exception:
+            log.debug("closing the agent stream failed", exc_info=True)

@@ -1,0 +1,205 @@
+"""The conversations a shard holds: activation under a lease, renewal, eviction, hand-off."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from durachat.agent import AgentRegistry
+from durachat_infra.cluster import ClusterView, LeaseHeldError, Leases
+from durachat_infra.eventlog import LogWriter
+from durachat_infra.keys import ConversationKeys, conversation_tag
+from durachat_infra.store import ConversationKey, FencedError, Store
+
+from durachat_shard.actor import ConversationActor
+from durachat_shard.emitter import Emitter
+from durachat_shard.transcript import Transcript
+
+log = logging.getLogger(__name__)
+
+
+class NotOwnerError(Exception):
+    """This shard is not the conversation's owner; `owner` is who is (None if unknown)."""
+
+    def __init__(self, owner: str | None) -> None:
+        super().__init__(f"not the owner (owner: {owner})")
+        self.owner = owner
+
+
+class UnknownAgentError(Exception):
+    """No agent is registered under the requested name."""
+
+
+@dataclass(slots=True)
+class _Held:
+    key: ConversationKey
+    keys: ConversationKeys
+    actor: ConversationActor
+
+
+def routing_key(key: ConversationKey) -> str:
+    """The string rendezvous hashing places (shared by gateways and shards)."""
+    return conversation_tag(key.tenant, key.agent, key.name)
+
+
+class Conversations:
+    """Activates conversations on demand and keeps them while this shard owns them."""
+
+    def __init__(
+        self,
+        *,
+        shard_id: str,
+        key_prefix: str,
+        agents: AgentRegistry,
+        model: str | None,
+        store: Store,
+        writer: LogWriter,
+        leases: Leases,
+        view: ClusterView,
+        lease_ttl: float,
+        idle_evict_after: float,
+    ) -> None:
+        self._shard_id = shard_id
+        self._prefix = key_prefix
+        self._agents = agents
+        self._model = model
+        self._store = store
+        self._writer = writer
+        self._leases = leases
+        self._view = view
+        self._lease_ttl = lease_ttl
+        self._idle_evict_after = idle_evict_after
+        self._held: dict[ConversationKey, _Held] = {}
+        self._activating: dict[ConversationKey, asyncio.Future[_Held]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._draining = False
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    async def start(self) -> None:
+        """Start lease renewal, eviction and hand-off."""
+        self._task = asyncio.create_task(self._maintain(), name="conversations-maintain")
+
+    async def stop(self) -> None:
+        """Release every conversation."""
+        self._draining = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for key in list(self._held):
+            await self._release(key)
+
+    async def get(self, key: ConversationKey) -> ConversationActor:
+        """The actor of `key`, activating it if needed.
+
+        Raises `NotOwnerError` when another shard owns the conversation and
+        `UnknownAgentError` when the agent is not served here.
+        """
+        held = self._held.get(key)
+        if held is not None and not held.actor.fenced:
+            return held.actor
+        if held is not None:
+            await self._release(key)
+        owner = self._view.owner(routing_key(key))
+        if owner is None or owner.id != self._shard_id or self._draining:
+            raise NotOwnerError(None if owner is None else owner.id)
+        pending = self._activating.get(key)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_future()
+            self._activating[key] = pending
+            try:
+                pending.set_result(await self._activate(key))
+            except BaseException as exc:
+                pending.set_exception(exc)
+                pending.exception()  # mark retrieved; callers get it below
+            finally:
+                del self._activating[key]
+        return (await asyncio.shield(pending)).actor
+
+    async def _activate(self, key: ConversationKey) -> _Held:
+        agent_cls = self._agents.get(key.agent)
+        if agent_cls is None:
+            raise UnknownAgentError(key.agent)
+        keys = ConversationKeys(self._prefix, routing_key(key))
+        deadline = time.monotonic() + self._lease_ttl + 2.0
+        while True:
+            try:
+                grant = await self._leases.acquire(keys)
+                break
+            except LeaseHeldError as exc:
+                # The previous owner is alive and still hands the conversation over.
+                if time.monotonic() > deadline:
+                    raise NotOwnerError(exc.holder) from exc
+                await asyncio.sleep(0.05)
+        conversation = await self._store.get_or_create_conversation(key)
+        try:
+            await self._store.claim(conversation.id, grant.epoch)
+        except FencedError:
+            await self._leases.release(keys)
+            raise
+        stored = await self._store.load_path(conversation.id)
+        transcript = Transcript(
+            self._store, conversation.id, grant.epoch, [(m.pk, m.message) for m in stored]
+        )
+        agent = agent_cls(key.name, model=self._model)
+        agent.messages = transcript.messages
+        actor = ConversationActor(
+            conversation_id=conversation.id,
+            epoch=grant.epoch,
+            shard_id=self._shard_id,
+            agent=agent,
+            transcript=transcript,
+            store=self._store,
+            emitter=Emitter(self._writer, keys),
+        )
+        actor.start()
+        held = _Held(key, keys, actor)
+        self._held[key] = held
+        log.info("activated %s/%s/%s at epoch %d", key.tenant, key.agent, key.name, grant.epoch)
+        return held
+
+    async def _release(self, key: ConversationKey) -> None:
+        held = self._held.pop(key, None)
+        if held is None:
+            return
+        await held.actor.stop()
+        await self._writer.flush()
+        try:
+            await self._leases.release(held.keys)
+        except Exception:
+            log.warning("could not release the lease of %s", key, exc_info=True)
+        log.info("released %s/%s/%s", key.tenant, key.agent, key.name)
+
+    async def _maintain(self) -> None:
+        interval = max(self._lease_ttl / 3, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._maintain_once()
+            except Exception:
+                log.warning("conversation maintenance failed", exc_info=True)
+
+    async def _maintain_once(self) -> None:
+        held = list(self._held.values())
+        if not held:
+            return
+        renewed = await self._leases.renew_many([h.keys for h in held])
+        now = time.monotonic()
+        for item, ok in zip(held, renewed, strict=True):
+            actor = item.actor
+            if not ok or actor.fenced:
+                log.warning("lost the lease of %s", item.key)
+                await self._release(item.key)
+                continue
+            if actor.busy:
+                continue
+            owner = self._view.owner(routing_key(item.key))
+            moved = owner is not None and owner.id != self._shard_id
+            if moved or now - actor.last_active > self._idle_evict_after:
+                await self._release(item.key)

@@ -1,0 +1,89 @@
+"""Parsing and validating the client frames a shard handles."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from durachat.messages import auto_transform_messages
+from durachat.types import JSONDict, UIMessage
+
+
+class FrameError(ValueError):
+    """A client frame that can't be handled; `code` is stable, `message` is for humans."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(slots=True)
+class ChatRequest:
+    """A decoded `cf_agent_use_chat_request`."""
+
+    request_id: str
+    messages: list[UIMessage]
+    trigger: str
+    body: JSONDict | None
+    client_tools: list[JSONDict] | None
+
+    @property
+    def user_message_ids(self) -> list[str]:
+        """Ids of the trailing user messages: the sends this request carries."""
+        ids: list[str] = []
+        for message in reversed(self.messages):
+            if message.get("role") != "user":
+                break
+            ids.append(str(message["id"]))
+        ids.reverse()
+        return ids
+
+
+def parse_chat_request(frame: JSONDict) -> ChatRequest:
+    """Decode a chat request frame; raises `FrameError` on anything malformed."""
+    request_id = frame.get("id")
+    if not isinstance(request_id, str) or not request_id:
+        raise FrameError("invalid_request_id", "a chat request needs a non-empty string id")
+    init = frame.get("init")
+    if not isinstance(init, dict):
+        raise FrameError("invalid_request", "a chat request needs an `init` object")
+    raw_body = init.get("body")
+    if not isinstance(raw_body, str) or not raw_body:
+        raise FrameError("invalid_request", "`init.body` must be a JSON string")
+    try:
+        body: Any = json.loads(raw_body)
+    except json.JSONDecodeError as exc:
+        raise FrameError("invalid_json", f"`init.body` is not valid JSON: {exc.msg}") from exc
+    if not isinstance(body, dict):
+        raise FrameError("invalid_request", "`init.body` must encode a JSON object")
+    raw_messages = body.pop("messages", None)
+    if not isinstance(raw_messages, list):
+        raise FrameError("invalid_messages", "the request body needs a `messages` array")
+    messages = auto_transform_messages(raw_messages)
+    if len(messages) != len(raw_messages):
+        raise FrameError("invalid_messages", "every message needs an id, a role and parts")
+    trigger = body.pop("trigger", None)
+    trigger = "regenerate-message" if trigger == "regenerate-message" else "submit-message"
+    client_tools = body.pop("clientTools", None)
+    if not isinstance(client_tools, list) or not client_tools:
+        client_tools = None
+    return ChatRequest(
+        request_id=request_id,
+        messages=messages,
+        trigger=trigger,
+        body=body or None,
+        client_tools=client_tools,
+    )
+
+
+def parse_messages(frame: JSONDict) -> list[UIMessage]:
+    """Decode a client `cf_agent_chat_messages` frame."""
+    raw = frame.get("messages")
+    if not isinstance(raw, list):
+        raise FrameError("invalid_messages", "`messages` must be an array")
+    messages = auto_transform_messages(raw)
+    if len(messages) != len(raw):
+        raise FrameError("invalid_messages", "every message needs an id, a role and parts")
+    return messages

