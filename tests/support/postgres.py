@@ -186,9 +186,9 @@ def _start(bindir: Path, as_user: list[str], root: Path, datadir: Path) -> Postg
         port = _free_port()
         settings = {**_SERVER_SETTINGS, "port": str(port), "unix_socket_directories": f"'{root}'"}
         conf.write_text(base_conf + "".join(f"{k} = {v}\n" for k, v in settings.items()))
+        pg_ctl = [*as_user, str(bindir / "pg_ctl")]
         started = subprocess.run(
-            [*as_user, str(bindir / "pg_ctl"), "start", "-D", str(datadir), "-l", str(log)]
-            + ["-w", "-t", "30"],
+            [*pg_ctl, "start", "-w", "-t", "30", "-D", str(datadir), "-l", str(log)],
             capture_output=True,
             text=True,
             check=False,
@@ -218,7 +218,8 @@ def _run_as_prefix() -> list[str]:
 def _run(argv: list[str]) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"{argv[0]} failed ({done.returncode}): {done.stderr or done.stdout}")
+        command = " ".join(argv)
+        raise RuntimeError(f"{command} failed ({done.returncode}): {done.stderr or done.stdout}")
 
 
 def _free_port() -> int:

@@ -245,7 +245,16 @@ class ConversationActor:
 
         async def pump() -> None:
             seq = 0
+            started = False
             async for chunk in stream:
+                if not started:
+                    started = True
+                    if chunk.get("type") != "start":
+                        # Every reply opens with `start`, which carries the server's message id.
+                        opening = assembler.process({"type": "start"})
+                        if opening is not None:
+                            self.emit.chunk(request.request_id, seq, opening, continuation=False)
+                            seq += 1
                 out = assembler.process(chunk)
                 if out is not None:
                     self.emit.chunk(request.request_id, seq, out, continuation=False)
@@ -261,12 +270,13 @@ class ConversationActor:
             await asyncio.wait({pumping, aborting}, return_when=asyncio.FIRST_COMPLETED)
             if not pumping.done():
                 pumping.cancel()
-                outcome = "aborted"
             try:
                 await pumping
             except asyncio.CancelledError:
                 if not abort.is_set():
                     raise
+            if abort.is_set():
+                outcome = "aborted"
         except ModelError as exc:
             log.info("model error in %s: %s", request.request_id, exc)
             error_text = exc.public_message or GENERIC_ERROR

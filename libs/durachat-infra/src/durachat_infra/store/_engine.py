@@ -19,7 +19,7 @@ from durachat_infra.store.errors import DatabaseUnavailableError, StoreError
 logger = logging.getLogger(__name__)
 
 SQLITE_BUSY_TIMEOUT_MS: Final = 5000
-"""How long a SQLite connection waits for another writer before failing with "database is locked"."""
+"""How long a SQLite connection waits for another writer before "database is locked"."""
 
 POSTGRES_CONNECT_TIMEOUT_S: Final = 10
 """asyncpg's default (60 s) would hide an unreachable database for a minute."""

@@ -13,7 +13,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
 from durachat_infra.store._engine import translate_errors
-from durachat_infra.store._records import MAIN_BRANCH, TURN_KINDS, TURN_STATUSES, TurnKind, TurnStatus
+from durachat_infra.store._records import (
+    MAIN_BRANCH,
+    TURN_KINDS,
+    TURN_STATUSES,
+    TurnKind,
+    TurnStatus,
+)
 from durachat_infra.store._types import utcnow
 from durachat_infra.store.errors import FencedError, StoreError
 from durachat_infra.store.models import Branch, Conversation, Message, Turn
@@ -50,7 +56,9 @@ class FencedTransaction:
         self._closed = False
         self._failed = False
 
-    async def insert_chain(self, parent_pk: int | None, messages: Sequence[dict[str, Any]]) -> list[int]:
+    async def insert_chain(
+        self, parent_pk: int | None, messages: Sequence[dict[str, Any]]
+    ) -> list[int]:
         """Insert `messages` as a chain hanging from `parent_pk`.
 
         The first message's parent is `parent_pk` (`None` makes it a root), each next message's
@@ -308,9 +316,7 @@ class FencedTransaction:
                 .values(**values)
             )
             if result.rowcount != 1:
-                raise StoreError(
-                    f"no turn {request_id!r} in conversation {self.conversation_id}"
-                )
+                raise StoreError(f"no turn {request_id!r} in conversation {self.conversation_id}")
 
     @contextlib.asynccontextmanager
     async def _op(self, action: str) -> AsyncIterator[AsyncConnection]:
@@ -356,7 +362,9 @@ async def fence(conn: AsyncConnection, conversation_id: int, epoch: int) -> None
     )
     if matched.rowcount == 1:
         return
-    current = await conn.scalar(select(Conversation.epoch).where(Conversation.id == conversation_id))
+    current = await conn.scalar(
+        select(Conversation.epoch).where(Conversation.id == conversation_id)
+    )
     if current is None:
         raise StoreError(f"conversation {conversation_id} does not exist")
     logger.warning(
@@ -385,4 +393,3 @@ def _columns(message: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(role, str) or not role:
         raise ValueError(f"message {message_id!r} needs a non-empty string 'role'")
     return {"message_id": message_id, "role": role, "body": message}
-

@@ -5,9 +5,9 @@ sqlite3, socket errors) never escape. They are translated where the store talks 
 and chained with `from`, so the original stays visible in tracebacks::
 
     StoreError                     anything the store could not do
-    ├── FencedError                a write was rejected: the conversation is owned by a newer epoch
+    ├── FencedError                a write was rejected: a newer epoch owns the conversation
     ├── UnknownTenantError         the tenant of a conversation key does not exist
-    └── DatabaseUnavailableError   no connection, connection lost, or the database is busy; retryable
+    └── DatabaseUnavailableError   no connection, connection lost, or too busy; retryable
 
 Invalid arguments (a message without an `id`, an unknown turn status) raise `ValueError`, because
 they are bugs in the caller, not states of the database.

@@ -62,9 +62,6 @@ class OpenBlocks:
         self._parts.clear()
 
 
-_Handler: TypeAlias = Callable[[list[UIPart], UIChunk, OpenBlocks | None], None]
-
-
 def normalize_tool_input(raw: object) -> JSONDict:
     """Coerce a tool call's input to a JSON object.
 
@@ -409,6 +406,9 @@ def _source_document(parts: list[UIPart], chunk: UIChunk, _blocks: OpenBlocks | 
             **_optional_fields(chunk, ("filename", "providerMetadata")),
         }
     )
+
+
+_Handler: TypeAlias = Callable[[list[UIPart], UIChunk, OpenBlocks | None], None]
 
 
 def _for_kind(

@@ -22,7 +22,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
 
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from typing import Any, Protocol
 
 import litellm
@@ -35,12 +35,12 @@ from durachat.models.errors import ModelError
 # litellm prints a "Give Feedback / Get Help" banner to stdout for every mapped error otherwise.
 litellm.suppress_debug_info = True
 
+
 __all__ = [
     "CompletionStream",
     "CustomLLM",
     "GenericStreamingChunk",
     "ModelResponse",
-    "complete",
     "open_stream",
     "provider_error",
     "register_provider",
@@ -54,7 +54,7 @@ class CompletionStream(Protocol):
     Each item is a litellm `ModelResponseStream` (`.choices[0].delta`, `.choices[0].finish_reason`).
     """
 
-    def __anext__(self) -> Awaitable[Any]: ...
+    def __anext__(self) -> Coroutine[Any, Any, Any]: ...
 
     async def aclose(self) -> None: ...
 
@@ -71,12 +71,6 @@ async def open_stream(
         model=model, messages=messages, stream=True, **kwargs
     )
     return stream
-
-
-async def complete(model: str, messages: list[dict[str, Any]], **kwargs: Any) -> ModelResponse:
-    """Run a non-streaming chat completion through `litellm.acompletion`."""
-    response: ModelResponse = await litellm.acompletion(model=model, messages=messages, **kwargs)
-    return response
 
 
 def register_provider(provider: str, handler: CustomLLM) -> None:
@@ -122,4 +116,4 @@ def to_model_error(error: Exception) -> ModelError:
         (text for kind, text in _PUBLIC_MESSAGES if isinstance(cause, kind)),
         _DEFAULT_PUBLIC_MESSAGE,
     )
-    return ModelError(str(error) or type(error).__name__, public_message=public)
+    return ModelError(str(cause) or type(cause).__name__, public_message=public)

@@ -1,7 +1,7 @@
 """Conversion of litellm stream chunks (OpenAI chat-completion deltas) to UI message stream chunks.
 
-This runs once per streamed chunk, so it reads each delta field once and allocates only the UI
-chunks it emits.
+This runs once per streamed chunk, so it reads each delta field once, without pydantic's slow
+attribute fallback, and allocates only the UI chunks it emits.
 """
 
 from __future__ import annotations
@@ -24,6 +24,24 @@ _FINISH_REASONS: Final = {
 
 _TEXT: Final = 1
 _REASONING: Final = 2
+_MISSING: Final = object()
+
+
+def _field(obj: Any, name: str) -> Any:
+    """`getattr(obj, name, None)`, fast for litellm's pydantic stream objects.
+
+    litellm keeps most delta and choice fields as pydantic *extra* fields, which plain attribute
+    access finds only through `BaseModel.__getattr__` (about 1 µs each, 3 µs when absent), on
+    every chunk. Declared fields live in `__dict__`, extra ones in `__pydantic_extra__`.
+    """
+    try:
+        value = obj.__dict__.get(name, _MISSING)
+        if value is _MISSING:
+            extra = obj.__pydantic_extra__
+            return extra.get(name) if extra else None
+        return value
+    except AttributeError:  # not a pydantic model
+        return getattr(obj, name, None)
 
 
 def new_part_id() -> str:
@@ -62,26 +80,26 @@ class UIChunkConverter:
 
     def feed(self, chunk: Any, out: list[UIChunk]) -> None:
         """Append the UI chunks for one litellm `ModelResponseStream` to `out`."""
-        choices = chunk.choices
+        choices = _field(chunk, "choices")
         if not choices:  # usage-only chunk
             return
         choice = choices[0]
-        reason = choice.finish_reason
+        reason = _field(choice, "finish_reason")
         if reason:
             self.finish_reason = reason
-        delta = choice.delta
+        delta = _field(choice, "delta")
         if delta is None:
             return
-        reasoning = getattr(delta, "reasoning_content", None)
-        thinking_blocks = getattr(delta, "thinking_blocks", None)
+        reasoning = _field(delta, "reasoning_content")
+        thinking_blocks = _field(delta, "thinking_blocks")
         if reasoning or thinking_blocks:
             self._reasoning(reasoning, thinking_blocks, out)
-        text = delta.content
+        text = _field(delta, "content")
         if text:
             if self._block != _TEXT:
                 self._open(_TEXT, out)
             out.append({"type": "text-delta", "id": self._block_id, "delta": text})
-        tool_calls = delta.tool_calls
+        tool_calls = _field(delta, "tool_calls")
         if tool_calls:
             for call in tool_calls:
                 self._tool_call(call, out)

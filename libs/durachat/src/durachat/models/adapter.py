@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 from durachat.models._chat_messages import to_chat_messages
@@ -31,12 +31,11 @@ class _AbortGuard:
     so the consumer's own awaits are never cancelled.
     """
 
-    __slots__ = ("_cancelling", "_event", "_fired", "_task", "_watcher")
+    __slots__ = ("_event", "_fired", "_task", "_watcher")
 
     def __init__(self, event: asyncio.Event) -> None:
         self._event = event
         self._task: asyncio.Task[Any] | None = None
-        self._cancelling = 0
         self._fired = False
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
 
@@ -46,18 +45,25 @@ class _AbortGuard:
             self._fired = True
             self._task.cancel()
 
-    async def wait(self, awaitable: Awaitable[_T]) -> _T:
+    async def wait(self, awaitable: Coroutine[Any, Any, _T]) -> _T:
         if self._event.is_set():
+            awaitable.close()
             raise _AbortedError
         # Re-read on every wait: a consumer may drive the generator from different tasks.
         task = self._task = asyncio.current_task()
         if task is None:  # pragma: no cover - only reachable outside a task
             return await awaitable
-        self._cancelling = task.cancelling()
+        cancelling = task.cancelling()
         try:
             result = await awaitable
         except asyncio.CancelledError:
-            if self._fired and task.uncancel() <= self._cancelling:
+            # Swallow only our own cancellation, never one requested by someone else.
+            if self._fired and task.uncancel() <= cancelling:
+                raise _AbortedError from None
+            raise
+        except Exception:
+            if self._fired:  # the library turned our cancellation into an error
+                task.uncancel()
                 raise _AbortedError from None
             raise
         finally:

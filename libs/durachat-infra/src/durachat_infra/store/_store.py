@@ -1,0 +1,368 @@
+"""`Store`: conversations, transcripts and turns in SQLite or PostgreSQL."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any, Self, cast
+
+from sqlalchemy import Integer, Row, Select, insert, literal_column, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.orm import aliased
+from sqlalchemy.sql.elements import ColumnElement
+
+from durachat_infra.store._engine import (
+    BEGIN_OPTION,
+    connect,
+    create_engine,
+    install_sqlite_hooks,
+    translate_errors,
+)
+from durachat_infra.store._records import (
+    MAIN_BRANCH,
+    Conversation,
+    ConversationKey,
+    StoredMessage,
+    TurnKind,
+    TurnRecord,
+    TurnStatus,
+)
+from durachat_infra.store._transaction import FencedTransaction, fence
+from durachat_infra.store.errors import FencedError, StoreError, UnknownTenantError
+from durachat_infra.store.models import Branch, Message, Tenant, Turn
+from durachat_infra.store.models import Conversation as ConversationRow
+
+logger = logging.getLogger(__name__)
+
+_SUPPORTED_DIALECTS = ("sqlite", "postgresql")
+
+
+class Store:
+    """The SQL store of conversations, their message trees, branches and turns.
+
+    All writes to a conversation's content go through `transaction`, which is fenced by the
+    conversation's epoch (DESIGN §4); `claim` raises the epoch for a new owner. Reads are not
+    fenced. Every method may raise `DatabaseUnavailableError` (retryable) or `StoreError`.
+
+    The store owns its engine: `close` disposes it. Use it as an async context manager or call
+    `close` at shutdown.
+
+    Example:
+        ```python
+        async with Store.from_url("sqlite:///var/durachat.db") as store:
+            conv = await store.get_or_create_conversation(ConversationKey("default", "chat", "c1"))
+            await store.claim(conv.id, epoch)
+            async with store.transaction(conv.id, epoch) as tx:
+                [pk] = await tx.insert_chain(None, [{"id": "m1", "role": "user", "parts": []}])
+                await tx.set_leaf("main", pk)
+        ```
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        """Wrap `engine` (SQLite via aiosqlite or PostgreSQL via asyncpg).
+
+        Prefer `from_url`. An engine passed here must not have opened connections yet, so that
+        every SQLite connection gets the store's setup (foreign keys, WAL, busy timeout).
+
+        Raises:
+            ValueError: the engine is for another database.
+        """
+        if engine.dialect.name not in _SUPPORTED_DIALECTS:
+            raise ValueError(f"unsupported database {engine.dialect.name!r}")
+        install_sqlite_hooks(engine)
+        self._engine = engine
+        # Writers take SQLite's write lock when they begin (see `_engine._on_begin`).
+        self._writer = engine.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
+
+    @classmethod
+    def from_url(cls, url: str, *, echo: bool = False) -> Store:
+        """Create a store for a database URL.
+
+        Args:
+            url: `sqlite:///path` or `postgresql://user:pass@host/db`; the async drivers
+                (`+aiosqlite`, `+asyncpg`) are filled in when missing.
+            echo: log every SQL statement.
+
+        Raises:
+            ValueError: unsupported URL, or in-memory SQLite.
+        """
+        return cls(create_engine(url, echo=echo))
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The underlying engine."""
+        return self._engine
+
+    async def close(self) -> None:
+        """Close every pooled connection. The store must not be used afterwards."""
+        await self._engine.dispose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def get_or_create_conversation(self, key: ConversationKey) -> Conversation:
+        """Return the conversation `key`, creating it (with its `main` branch) if needed.
+
+        Safe against concurrent creation of the same key from several processes: exactly one
+        row is created and every caller gets it.
+
+        Raises:
+            UnknownTenantError: `key.tenant` does not exist.
+        """
+        async with self._write("get or create conversation") as conn:
+            found = await _find(conn, key)
+            if found is not None:
+                return found
+            if await conn.scalar(select(Tenant.id).where(Tenant.id == key.tenant)) is None:
+                raise UnknownTenantError(key.tenant)
+            dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+            created = await conn.scalar(
+                dialect.insert(ConversationRow)
+                .values(tenant_id=key.tenant, agent=key.agent, name=key.name)
+                .on_conflict_do_nothing(index_elements=["tenant_id", "agent", "name"])
+                .returning(ConversationRow.id)
+            )
+            if created is None:
+                # Another process inserted it first; its transaction has committed (the insert
+                # waited for it), so a fresh read sees the row and its main branch.
+                found = await _find(conn, key)
+                if found is None:
+                    raise StoreError(f"conversation {key} vanished while being created")
+                return found
+            await conn.execute(insert(Branch).values(conversation_id=created, name=MAIN_BRANCH))
+            return Conversation(id=created, key=key, epoch=0)
+
+    async def find_conversation(self, key: ConversationKey) -> Conversation | None:
+        """Return the conversation `key`, or `None` if it does not exist."""
+        async with self._read("find conversation") as conn:
+            return await _find(conn, key)
+
+    async def claim(self, conversation_id: int, epoch: int) -> None:
+        """Raise the conversation's fencing epoch to `epoch` for a new owner.
+
+        Idempotent: claiming the current epoch again succeeds. Waits for a transaction of the
+        previous owner that is in progress; once `claim` returns, every transaction under an
+        older epoch is rejected with `FencedError`.
+
+        Raises:
+            FencedError: the stored epoch is already greater than `epoch`.
+            StoreError: the conversation does not exist.
+        """
+        if epoch < 0:
+            raise ValueError("epoch must not be negative")
+        async with self._write("claim conversation") as conn:
+            raised = await conn.execute(
+                update(ConversationRow)
+                .where(ConversationRow.id == conversation_id, ConversationRow.epoch < epoch)
+                .values(epoch=epoch)
+            )
+            if raised.rowcount == 1:
+                return
+            current = await conn.scalar(
+                select(ConversationRow.epoch).where(ConversationRow.id == conversation_id)
+            )
+            if current is None:
+                raise StoreError(f"conversation {conversation_id} does not exist")
+            if current > epoch:
+                logger.warning(
+                    "rejected claim of conversation %s at epoch %s (stored epoch %s)",
+                    conversation_id,
+                    epoch,
+                    current,
+                )
+                raise FencedError(conversation_id, epoch, current)
+
+    async def load_path(
+        self, conversation_id: int, branch: str = MAIN_BRANCH
+    ) -> list[StoredMessage]:
+        """Return the messages on `branch`, root first.
+
+        The cost grows with the length of the path, not with the size of the conversation.
+
+        Returns:
+            The path from the root to the branch's leaf; `[]` if the branch does not exist or is
+            empty.
+        """
+        leaf = (
+            select(Branch.leaf_id)
+            .where(Branch.conversation_id == conversation_id, Branch.name == branch)
+            .scalar_subquery()
+        )
+        async with self._read("load path") as conn:
+            rows = (await conn.execute(_path(leaf))).all()
+        return [_stored(row) for row in rows]
+
+    async def transcript(
+        self, key: ConversationKey, branch: str = MAIN_BRANCH
+    ) -> list[dict[str, Any]]:
+        """Return the UIMessages on `branch` of conversation `key`, root first.
+
+        Read-only: an unknown conversation or branch gives `[]` and creates nothing.
+        """
+        leaf = (
+            select(Branch.leaf_id)
+            .join(ConversationRow, ConversationRow.id == Branch.conversation_id)
+            .where(
+                ConversationRow.tenant_id == key.tenant,
+                ConversationRow.agent == key.agent,
+                ConversationRow.name == key.name,
+                Branch.name == branch,
+            )
+            .scalar_subquery()
+        )
+        async with self._read("load transcript") as conn:
+            rows = (await conn.execute(_path(leaf))).all()
+        return [row.body for row in rows]
+
+    async def get_turn(self, conversation_id: int, request_id: str) -> TurnRecord | None:
+        """Return the turn `request_id` of the conversation, or `None`."""
+        async with self._read("get turn") as conn:
+            row = (
+                await conn.execute(
+                    select(
+                        Turn.request_id,
+                        Turn.kind,
+                        Turn.status,
+                        Turn.owner,
+                        Turn.epoch,
+                        Turn.message_id,
+                        Turn.request,
+                        Turn.stash,
+                        Turn.error,
+                        Turn.heartbeat_at,
+                        Turn.created_at,
+                    ).where(Turn.conversation_id == conversation_id, Turn.request_id == request_id)
+                )
+            ).first()
+        if row is None:
+            return None
+        return TurnRecord(
+            request_id=row.request_id,
+            kind=cast(TurnKind, row.kind),
+            status=cast(TurnStatus, row.status),
+            owner=row.owner,
+            epoch=row.epoch,
+            message_id=row.message_id,
+            request=row.request,
+            stash=row.stash,
+            error=row.error,
+            heartbeat_at=row.heartbeat_at,
+            created_at=row.created_at,
+        )
+
+    async def load_request_context(
+        self, conversation_id: int
+    ) -> tuple[dict[str, Any] | None, list[Any] | None]:
+        """Return `(last_body, last_client_tools)` as saved by `save_request_context`.
+
+        `(None, None)` if nothing was saved (or the conversation does not exist).
+        """
+        async with self._read("load request context") as conn:
+            row = (
+                await conn.execute(
+                    select(ConversationRow.last_body, ConversationRow.last_client_tools).where(
+                        ConversationRow.id == conversation_id
+                    )
+                )
+            ).first()
+        if row is None:
+            return None, None
+        return row.last_body, row.last_client_tools
+
+    @contextlib.asynccontextmanager
+    async def transaction(
+        self, conversation_id: int, epoch: int
+    ) -> AsyncIterator[FencedTransaction]:
+        """Open a fenced write transaction on a conversation.
+
+        Usage: `async with store.transaction(conv_id, epoch) as tx: ...`. See
+        `FencedTransaction` for the guarantees. On SQLite the transaction holds the database's
+        write lock from its start (`BEGIN IMMEDIATE`), so keep it short: no model calls inside.
+
+        Raises:
+            FencedError: on entry, if the conversation's epoch is not `epoch`; nothing is applied.
+            StoreError: the conversation does not exist, or an operation in the block failed
+                (everything is rolled back).
+        """
+        action = f"transaction on conversation {conversation_id}"
+        async with connect(self._writer, action) as conn:
+            with translate_errors(action):
+                await conn.begin()
+                await fence(conn, conversation_id, epoch)
+            tx = FencedTransaction(conn, conversation_id, epoch)
+            try:
+                yield tx
+            finally:
+                failed = tx._finish()
+            if failed:
+                raise StoreError(f"{action}: rolled back because an operation in it failed")
+            with translate_errors(action):
+                await conn.commit()
+
+    @contextlib.asynccontextmanager
+    async def _read(self, action: str) -> AsyncIterator[AsyncConnection]:
+        async with connect(self._engine, action) as conn:
+            with translate_errors(action):
+                yield conn
+
+    @contextlib.asynccontextmanager
+    async def _write(self, action: str) -> AsyncIterator[AsyncConnection]:
+        async with connect(self._writer, action) as conn:
+            with translate_errors(action):
+                async with conn.begin():
+                    yield conn
+
+
+async def _find(conn: AsyncConnection, key: ConversationKey) -> Conversation | None:
+    row = (
+        await conn.execute(
+            select(ConversationRow.id, ConversationRow.epoch).where(
+                ConversationRow.tenant_id == key.tenant,
+                ConversationRow.agent == key.agent,
+                ConversationRow.name == key.name,
+            )
+        )
+    ).first()
+    return None if row is None else Conversation(id=row.id, key=key, epoch=row.epoch)
+
+
+def _path(leaf: ColumnElement[Any]) -> Select[Any]:
+    """Select the messages from the root down to `leaf` (a scalar: the leaf's key or NULL).
+
+    Walks up from the leaf with a recursive CTE, one primary-key lookup per step.
+    """
+    up = (
+        select(
+            Message.id.label("id"),
+            Message.parent_id.label("parent_id"),
+            literal_column("0", Integer).label("depth"),
+        )
+        .where(Message.id == leaf)
+        .cte("path", recursive=True)
+    )
+    parent = aliased(Message)
+    up = up.union_all(
+        select(parent.id, parent.parent_id, up.c.depth + 1).where(parent.id == up.c.parent_id)
+    )
+    return (
+        select(Message.id, Message.message_id, Message.parent_id, Message.seq, Message.body)
+        .join(up, up.c.id == Message.id)
+        .order_by(up.c.depth.desc())
+    )
+
+
+def _stored(row: Row[Any]) -> StoredMessage:
+    return StoredMessage(
+        pk=row.id, message_id=row.message_id, parent_pk=row.parent_id, seq=row.seq, message=row.body
+    )

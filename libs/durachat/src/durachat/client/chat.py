@@ -1,0 +1,890 @@
+"""An async client of the `@cloudflare/ai-chat` WebSocket chat protocol (PROTOCOL §3, §4, §13)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import secrets
+import string
+import uuid
+from collections import deque
+from collections.abc import Callable, Coroutine, Generator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final, Literal
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import httpx
+import websockets
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import InvalidHandshake, InvalidStatus
+
+from durachat.client.errors import ClientError
+from durachat.client.reply import Reply
+from durachat.messages import new_request_id
+from durachat.protocol import MessageType
+from durachat.types import JSONDict, UIMessage
+
+log = logging.getLogger(__name__)
+
+_ID_ALPHABET: Final = string.ascii_letters + string.digits
+_RECENT_REPLIES: Final = 512
+_HTTP_TIMEOUT: Final = 30.0
+
+
+def new_message_id() -> str:
+    """Allocate a user message id the way the AI SDK's `generateId()` does.
+
+    Returns:
+        16 random characters from `A-Za-z0-9`.
+    """
+    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(16))
+
+
+def socket_url(base_url: str, agent: str, name: str, connection_id: str) -> str:
+    """Build the WebSocket URL of a chat.
+
+    Args:
+        base_url: `http(s)://host[:port][/prefix]` or `ws(s)://…`.
+        agent: The agent namespace, kebab-case (`chat-agent`).
+        name: The chat instance name.
+        connection_id: The connection id, sent as `_pk`.
+
+    Returns:
+        `ws(s)://host/agents/{agent}/{name}?_pk={connection_id}`.
+    """
+    scheme, netloc, path = _split(base_url)
+    ws_scheme = {"http": "ws", "https": "wss"}.get(scheme, scheme)
+    return urlunsplit(
+        (ws_scheme, netloc, _chat_path(path, agent, name), f"_pk={quote(connection_id)}", "")
+    )
+
+
+def http_url(base_url: str, agent: str, name: str, suffix: str = "") -> str:
+    """Build the HTTP URL of a chat, or of a sub-path of it.
+
+    Args:
+        base_url: `http(s)://host[:port][/prefix]` or `ws(s)://…`.
+        agent: The agent namespace.
+        name: The chat instance name.
+        suffix: A sub-path such as `/get-messages`.
+
+    Returns:
+        `http(s)://host/agents/{agent}/{name}{suffix}`.
+    """
+    scheme, netloc, path = _split(base_url)
+    http_scheme = {"ws": "http", "wss": "https"}.get(scheme, scheme)
+    return urlunsplit((http_scheme, netloc, _chat_path(path, agent, name) + suffix, "", ""))
+
+
+def _split(base_url: str) -> tuple[str, str, str]:
+    parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
+    if parts.scheme not in ("http", "https", "ws", "wss") or not parts.netloc:
+        raise ValueError(f"not an http(s) or ws(s) URL: {base_url!r}")
+    return parts.scheme, parts.netloc, parts.path.rstrip("/")
+
+
+def _chat_path(prefix: str, agent: str, name: str) -> str:
+    return f"{prefix}/agents/{quote(agent, safe='')}/{quote(name, safe='')}"
+
+
+async def fetch_history(
+    base_url: str,
+    agent: str,
+    name: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    http: httpx.AsyncClient | None = None,
+) -> list[UIMessage]:
+    """Fetch a chat's persisted transcript (`GET /agents/{agent}/{name}/get-messages`).
+
+    Args:
+        base_url: The server's base URL.
+        agent: The agent namespace.
+        name: The chat instance name.
+        headers: Extra request headers (for example authentication).
+        http: An HTTP client to use; a temporary one by default.
+
+    Returns:
+        The transcript, oldest first.
+
+    Raises:
+        ClientError: `http_error` if the request fails or the answer is not a list.
+    """
+    url = http_url(base_url, agent, name, "/get-messages")
+    try:
+        if http is None:
+            async with httpx.AsyncClient(timeout=_HTTP_TIMEOUT) as temporary:
+                response = await temporary.get(url, headers=dict(headers or {}))
+        else:
+            response = await http.get(url, headers=dict(headers or {}))
+    except httpx.HTTPError as exc:
+        raise ClientError("http_error", f"GET {url} failed: {exc}") from exc
+    if response.status_code != 200:
+        raise ClientError(
+            "http_error", f"GET {url} answered {response.status_code}: {response.text.strip()}"
+        )
+    try:
+        messages = response.json()
+    except ValueError as exc:
+        raise ClientError("http_error", f"GET {url} did not answer JSON") from exc
+    if not isinstance(messages, list):
+        raise ClientError("http_error", f"GET {url} did not answer a list of messages")
+    return [m for m in messages if isinstance(m, dict)]
+
+
+@dataclass(frozen=True, slots=True)
+class _ProbeAnswer:
+    kind: Literal["resuming", "none", "pending", "error"]
+    reply: Reply | None = None
+    error: ClientError | None = None
+
+
+class _Probe:
+    """One `cf_agent_stream_resume_request` waiting for the server's answer."""
+
+    def __init__(self, probe_id: str) -> None:
+        self.probe_id = probe_id
+        self.answers: asyncio.Queue[_ProbeAnswer] = asyncio.Queue()
+
+
+FrameHook = Callable[[JSONDict], object]
+"""Called with every frame the client receives, before the client handles it."""
+
+ReplyHook = Callable[[Reply], object]
+"""Called with every reply the client did not start itself (observed or offered for resume)."""
+
+
+class ChatClient:
+    """A chat over one WebSocket, like `useAgentChat`: send, stream, cancel, resume.
+
+    Create one with `await ChatClient.connect(...)` or `async with ChatClient.connect(...)`.
+
+    One reader task receives every frame. It keeps `messages` (the local transcript) in step
+    with the server: the client's own user messages, the assistant messages of every streamed
+    reply (own or observed), `cf_agent_chat_messages` broadcasts (which replace the transcript
+    but keep in-flight replies) and `cf_agent_chat_clear`. When the socket drops, it reconnects
+    with the same connection id (`_pk`), with bounded exponential backoff, then resumes.
+
+    Attributes:
+        base_url: The server's base URL.
+        agent: The agent namespace.
+        name: The chat instance name.
+        connection_id: The `_pk` of every socket of this client.
+        messages: The local transcript, oldest first. Replaced (never mutated in place) on
+            every change.
+        errors: Every `durachat_error` the server sent, as `ClientError`s, oldest first.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        agent: str,
+        name: str,
+        *,
+        connection_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        on_frame: FrameHook | None = None,
+        on_reply: ReplyHook | None = None,
+        reconnect_attempts: int = 8,
+        reconnect_max_delay: float = 5.0,
+        open_timeout: float = 10.0,
+    ) -> None:
+        """Prepare a client; `connect` opens it. Prefer `ChatClient.connect`.
+
+        Args: see `ChatClient.connect`.
+        """
+        socket_url(base_url, agent, name, "x")  # validates base_url early
+        self.base_url = base_url.rstrip("/")
+        self.agent = agent
+        self.name = name
+        self.connection_id = connection_id or str(uuid.uuid4())
+        self.messages: list[UIMessage] = []
+        self.errors: list[ClientError] = []
+        self._headers = dict(headers or {})
+        self._on_frame = on_frame
+        self._on_reply = on_reply
+        self._reconnect_attempts = reconnect_attempts
+        self._reconnect_max_delay = reconnect_max_delay
+        self._open_timeout = open_timeout
+        self._http = httpx.AsyncClient(headers=self._headers, timeout=_HTTP_TIMEOUT)
+        self._ws: ClientConnection | None = None
+        self._connected = asyncio.Event()
+        self._closing = False
+        self._closed: ClientError | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._recovery: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._replies: dict[str, Reply] = {}
+        self._recent: deque[str] = deque(maxlen=_RECENT_REPLIES)
+        self._acked: dict[str, Reply] = {}
+        self._offered: Reply | None = None
+        self._probes: dict[str, _Probe] = {}
+        self._resume_lock = asyncio.Lock()
+        self._last_op: Reply | _Probe | None = None
+        self._transcript_version = 0
+
+    @classmethod
+    def connect(
+        cls,
+        base_url: str,
+        agent: str,
+        name: str,
+        *,
+        connection_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        load_history: bool = True,
+        on_frame: FrameHook | None = None,
+        on_reply: ReplyHook | None = None,
+        reconnect_attempts: int = 8,
+        reconnect_max_delay: float = 5.0,
+        open_timeout: float = 10.0,
+    ) -> Connecting:
+        """Connect to a chat.
+
+        Use as `client = await ChatClient.connect(...)` or
+        `async with ChatClient.connect(...) as client:`.
+
+        Args:
+            base_url: The server's base URL, `http(s)://host:port` (`ws(s)://` works too).
+            agent: The agent namespace, kebab-case (`chat-agent`).
+            name: The chat instance name.
+            connection_id: The connection id (`_pk`); a fresh UUID by default. Reusing the id
+                of a dropped client lets the server treat this one as its reconnect.
+            headers: Extra headers for the WebSocket handshake and the HTTP requests.
+            load_history: Seed `messages` from `get-messages` once connected, as
+                `useAgentChat` does. Without it, the first `send` on an existing chat would
+                present the server a transcript without the earlier messages.
+            on_frame: Called with every received frame, before the client handles it.
+            on_reply: Called with every reply this client did not start (another client's
+                request it observes, or a stream the server offers for resume).
+            reconnect_attempts: Reconnect attempts after the socket drops before giving up.
+            reconnect_max_delay: Upper bound of the backoff between attempts, in seconds.
+            open_timeout: Timeout of each WebSocket handshake, in seconds.
+
+        Returns:
+            An awaitable that is also an async context manager.
+
+        Raises:
+            ClientError: `connect_failed` if the socket cannot be opened; `http_error` if the
+                history cannot be loaded.
+        """
+        client = cls(
+            base_url,
+            agent,
+            name,
+            connection_id=connection_id,
+            headers=headers,
+            on_frame=on_frame,
+            on_reply=on_reply,
+            reconnect_attempts=reconnect_attempts,
+            reconnect_max_delay=reconnect_max_delay,
+            open_timeout=open_timeout,
+        )
+        return Connecting(client, load_history=load_history)
+
+    async def _start(self, *, load_history: bool) -> None:
+        try:
+            ws = await self._open_socket()
+        except ClientError:
+            await self._http.aclose()
+            raise
+        self._use(ws)
+        self._reader = asyncio.create_task(self._read(ws), name=f"durachat-reader-{self.name}")
+        if load_history:
+            try:
+                await self.history()
+            except ClientError:
+                await self.close()
+                raise
+
+    async def __aenter__(self) -> ChatClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def connected(self) -> bool:
+        """Whether a socket is open right now (False while reconnecting and after `close`)."""
+        return self._connected.is_set() and self._closed is None
+
+    @property
+    def websocket(self) -> ClientConnection | None:
+        """The current socket, for diagnostics and tests; None while reconnecting."""
+        return self._ws if self.connected else None
+
+    @property
+    def replies(self) -> list[Reply]:
+        """The replies that have not ended yet, own and observed, oldest first."""
+        return list(self._replies.values())
+
+    # Operations
+
+    async def history(self) -> list[UIMessage]:
+        """Fetch the persisted transcript over HTTP and make it the local transcript.
+
+        Replies still streaming stay in the local transcript. If a transcript broadcast arrived
+        while the request was in flight, the broadcast is newer and is kept.
+
+        Returns:
+            The transcript the server returned.
+
+        Raises:
+            ClientError: `http_error` if the request fails.
+        """
+        version = self._transcript_version
+        messages = await fetch_history(self.base_url, self.agent, self.name, http=self._http)
+        if version == self._transcript_version:
+            self._set_transcript(messages)
+        return messages
+
+    async def send(self, text: str, *, body: Mapping[str, Any] | None = None) -> Reply:
+        """Send a user message and return the reply to it.
+
+        The message goes to the end of `messages`; the request carries the whole local
+        transcript, like `useAgentChat`.
+
+        Args:
+            text: The user's text.
+            body: Extra fields for the request body (the hook's `body` option).
+
+        Returns:
+            The reply, streaming.
+
+        Raises:
+            ClientError: `closed` if the client is closed or could not reconnect.
+        """
+        user: UIMessage = {
+            "id": new_message_id(),
+            "role": "user",
+            "parts": [{"type": "text", "text": text}],
+        }
+        self._set_messages([*self.messages, user])
+        return await self._request("submit-message", user["id"], body)
+
+    async def regenerate(self, *, body: Mapping[str, Any] | None = None) -> Reply:
+        """Ask for a new answer to the last user message.
+
+        The local transcript is cut after the last user message (dropping the assistant answer)
+        and sent with the trigger `regenerate-message`.
+
+        Args:
+            body: Extra fields for the request body.
+
+        Returns:
+            The new reply, streaming.
+
+        Raises:
+            ClientError: `nothing_to_regenerate` if the transcript has no user message;
+                `closed` if the client is closed.
+        """
+        last_user = next(
+            (
+                i
+                for i in range(len(self.messages) - 1, -1, -1)
+                if self.messages[i].get("role") == "user"
+            ),
+            None,
+        )
+        if last_user is None:
+            raise ClientError("nothing_to_regenerate", "the transcript has no user message")
+        self._set_messages(self.messages[: last_user + 1])
+        user_id = self.messages[last_user].get("id")
+        return await self._request(
+            "regenerate-message", user_id if isinstance(user_id, str) else None, body
+        )
+
+    async def cancel(self, request_id: str | None = None) -> str | None:
+        """Ask the server to cancel a running reply (`cf_agent_chat_request_cancel`).
+
+        The reply then ends with the outcome `aborted`, keeping what was streamed.
+
+        Args:
+            request_id: The reply's request id; by default the newest running reply, own or
+                observed.
+
+        Returns:
+            The request id the cancel was sent for, or None if nothing was running.
+        """
+        if request_id is None:
+            running = list(self._replies)
+            if not running:
+                return None
+            request_id = running[-1]
+        self._last_op = None
+        await self._send({"type": MessageType.CHAT_REQUEST_CANCEL.value, "id": request_id})
+        return request_id
+
+    async def clear(self) -> None:
+        """Clear the chat for everyone (`cf_agent_chat_clear`) and empty `messages`.
+
+        Running replies end as the server stops them.
+        """
+        self._last_op = None
+        await self._send({"type": MessageType.CHAT_CLEAR.value})
+        self._clear_transcript()
+
+    async def resume(
+        self, *, answer_timeout: float = 5.0, pending_timeout: float = 60.0
+    ) -> Reply | None:
+        """Pick up the chat's running reply, if there is one (the resume handshake, §4.4).
+
+        Sends `cf_agent_stream_resume_request`; on `cf_agent_stream_resuming` acknowledges the
+        stream once and returns its reply, which replays the stored chunks and then continues
+        live. If the server offered a stream unprompted on connect, that reply is returned.
+
+        Args:
+            answer_timeout: How long to wait for the server's answer, in seconds.
+            pending_timeout: How long to wait after `cf_agent_stream_pending` (a turn accepted
+                but not streaming yet), refreshed by every such frame.
+
+        Returns:
+            The running reply (possibly this client's own, after a reconnect), or None if the
+            chat is idle or the server did not answer in time.
+
+        Raises:
+            ClientError: the server's `durachat_error` for the request, or `disconnected` if
+                the socket dropped while waiting.
+        """
+        async with self._resume_lock:
+            probe = _Probe(new_request_id())
+            self._probes[probe.probe_id] = probe
+            self._last_op = probe
+            try:
+                await self._send(
+                    {"type": MessageType.STREAM_RESUME_REQUEST.value, "probeId": probe.probe_id}
+                )
+                wait = answer_timeout
+                while True:
+                    try:
+                        async with asyncio.timeout(wait):
+                            answer = await probe.answers.get()
+                    except TimeoutError:
+                        return self._take_offered()
+                    if answer.kind == "pending":
+                        wait = pending_timeout
+                    elif answer.kind == "error":
+                        raise answer.error or ClientError("disconnected", "the socket dropped")
+                    elif answer.kind == "resuming":
+                        self._offered = None
+                        return answer.reply
+                    else:
+                        return self._take_offered()
+            finally:
+                self._probes.pop(probe.probe_id, None)
+                if self._last_op is probe:
+                    self._last_op = None
+
+    async def close(self) -> None:
+        """Close the socket and the HTTP client. Replies still running end with an error."""
+        if self._closing:
+            if self._reader is not None:
+                await asyncio.shield(self._reader)
+            return
+        self._closing = True
+        for task in [self._recovery, *self._tasks]:
+            if task is not None:
+                task.cancel()
+        ws = self._ws
+        if ws is not None:
+            await ws.close()
+        if self._reader is not None:
+            # It may be between sockets, in a backoff sleep or a handshake.
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        self._shutdown(ClientError("closed", "the client was closed"))
+        await self._http.aclose()
+
+    # Sending
+
+    async def _request(
+        self, trigger: str, user_message_id: str | None, body: Mapping[str, Any] | None
+    ) -> Reply:
+        request_id = new_request_id()
+        payload = {"messages": self.messages, "trigger": trigger, **(body or {})}
+        frame = {
+            "id": request_id,
+            "init": {"method": "POST", "body": json.dumps(payload)},
+            "type": MessageType.USE_CHAT_REQUEST.value,
+        }
+        reply = Reply(
+            request_id, observed=False, user_message_id=user_message_id, canceller=self.cancel
+        )
+        # Registered before sending: the first chunk may arrive before `send` returns.
+        self._replies[request_id] = reply
+        self._last_op = reply
+        try:
+            await self._send(frame)
+        except BaseException:
+            self._replies.pop(request_id, None)
+            raise
+        return reply
+
+    async def _send(self, frame: JSONDict) -> None:
+        text = json.dumps(frame)
+        while True:
+            if self._closed is not None:
+                raise ClientError(self._closed.code, self._closed.message)
+            if self._closing:
+                raise ClientError("closed", "the client was closed")
+            ws = self._ws
+            if ws is not None and self._connected.is_set():
+                try:
+                    await ws.send(text)
+                    return
+                except websockets.ConnectionClosed:
+                    if self._ws is ws:
+                        self._connected.clear()
+            await self._connected.wait()
+
+    async def _send_on(self, ws: ClientConnection, frame: JSONDict) -> None:
+        # From the reader: a frame that only makes sense on this socket.
+        with contextlib.suppress(websockets.ConnectionClosed):
+            await ws.send(json.dumps(frame))
+
+    # The socket
+
+    async def _open_socket(self) -> ClientConnection:
+        url = socket_url(self.base_url, self.agent, self.name, self.connection_id)
+        try:
+            return await ws_connect(
+                url,
+                additional_headers=self._headers or None,
+                max_size=None,
+                open_timeout=self._open_timeout,
+            )
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            text = exc.response.body.decode(errors="replace").strip() if exc.response.body else ""
+            raise ClientError(
+                "connect_failed",
+                f"{url.split('?', 1)[0]} refused the connection: HTTP {status} {text}".rstrip(),
+            ) from exc
+        except (OSError, TimeoutError, InvalidHandshake) as exc:
+            where = url.split("?", 1)[0]
+            raise ClientError("connect_failed", f"cannot connect to {where}: {exc}") from exc
+
+    def _use(self, ws: ClientConnection) -> None:
+        self._ws = ws
+        self._acked = {}
+        self._offered = None
+        self._connected.set()
+
+    async def _read(self, ws: ClientConnection) -> None:
+        while True:
+            try:
+                async for raw in ws:
+                    if isinstance(raw, str):
+                        await self._receive(ws, raw)
+            except websockets.ConnectionClosed:
+                pass
+            self._connected.clear()
+            if self._closing:
+                return
+            for probe in list(self._probes.values()):
+                probe.answers.put_nowait(
+                    _ProbeAnswer("error", error=ClientError("disconnected", "the socket dropped"))
+                )
+            code = ws.close_code
+            if code is not None and (code == 1008 or 4000 <= code <= 4999):
+                self._shutdown(ClientError("closed", f"the server closed the connection ({code})"))
+                return
+            log.info("chat %s: socket dropped (%s); reconnecting", self.name, code)
+            reconnected = await self._reconnect()
+            if reconnected is None:
+                # None also when close() interrupted the attempts; close() shuts down then.
+                if not self._closing_now():
+                    self._shutdown(ClientError("disconnected", "the connection was lost"))
+                return
+            ws = reconnected
+            self._use(ws)
+            if self._recovery is not None:
+                self._recovery.cancel()
+            self._recovery = asyncio.create_task(self._recover())
+
+    async def _reconnect(self) -> ClientConnection | None:
+        delay = 0.1
+        for attempt in range(1, self._reconnect_attempts + 1):
+            # Jittered so that clients dropped together do not come back together.
+            await asyncio.sleep(delay * (0.5 + random.random() / 2))
+            if self._closing:
+                return None
+            try:
+                return await self._open_socket()
+            except ClientError as exc:
+                log.info("chat %s: reconnect attempt %d failed: %s", self.name, attempt, exc)
+                cause = exc.__cause__
+                if isinstance(cause, InvalidStatus) and 400 <= cause.response.status_code < 500:
+                    return None
+            delay = min(delay * 2, self._reconnect_max_delay)
+        return None
+
+    async def _recover(self) -> None:
+        """After a reconnect: resume the running stream, then settle replies left open."""
+        try:
+            followed: set[str] = set()
+            while True:
+                reply = await self.resume()
+                if reply is None or reply.request_id in followed:
+                    break
+                followed.add(reply.request_id)
+                if not any(r is not reply for r in self._replies.values()):
+                    return
+                # Other replies are queued behind this one or ended while we were away.
+                await reply.wait()
+            for straggler in list(self._replies.values()):
+                if straggler.request_id in self._acked:
+                    continue
+                # The server replays a stream it still buffers; otherwise it answers with a
+                # bare `done` and the transcript tells how the reply ended.
+                straggler._begin_replay(recovering=True)
+                self._acked[straggler.request_id] = straggler
+                await self._send(
+                    {"type": MessageType.STREAM_RESUME_ACK.value, "id": straggler.request_id}
+                )
+        except ClientError as exc:
+            log.info("chat %s: recovery stopped: %s", self.name, exc)
+
+    def _closing_now(self) -> bool:
+        return self._closing
+
+    def _shutdown(self, error: ClientError) -> None:
+        if self._closed is None:
+            self._closed = error
+        self._connected.set()  # wakes senders, which then see `_closed`
+        for reply in list(self._replies.values()):
+            reply._finish("error", error)
+            self._retire(reply)
+        for probe in self._probes.values():
+            probe.answers.put_nowait(_ProbeAnswer("error", error=error))
+
+    # Receiving
+
+    async def _receive(self, ws: ClientConnection, raw: str) -> None:
+        try:
+            frame = json.loads(raw)
+        except ValueError:
+            log.debug("chat %s: ignoring a non-JSON frame", self.name)
+            return
+        if not isinstance(frame, dict):
+            return
+        if self._on_frame is not None:
+            try:
+                self._on_frame(frame)
+            except Exception:
+                log.exception("chat %s: on_frame hook failed", self.name)
+        try:
+            await self._dispatch(ws, frame)
+        except Exception:
+            log.exception("chat %s: cannot handle frame %s", self.name, frame.get("type"))
+
+    async def _dispatch(self, ws: ClientConnection, frame: JSONDict) -> None:
+        kind = frame.get("type")
+        if kind == MessageType.USE_CHAT_RESPONSE:
+            self._on_response(frame)
+        elif kind == MessageType.CHAT_MESSAGES:
+            messages = frame.get("messages")
+            if isinstance(messages, list):
+                self._set_transcript([m for m in messages if isinstance(m, dict)])
+        elif kind == MessageType.CHAT_CLEAR:
+            self._clear_transcript()
+        elif kind == MessageType.MESSAGE_UPDATED:
+            self._on_message_updated(frame)
+        elif kind == MessageType.STREAM_RESUMING:
+            await self._on_resuming(ws, frame)
+        elif kind == MessageType.STREAM_RESUME_NONE:
+            self._answer_probes(frame, _ProbeAnswer("none"))
+        elif kind == MessageType.STREAM_PENDING:
+            probe = self._probes.get(str(frame.get("probeId")))
+            if probe is not None:
+                probe.answers.put_nowait(_ProbeAnswer("pending"))
+        elif kind == MessageType.ERROR:
+            self._on_error(frame)
+
+    def _on_response(self, frame: JSONDict) -> None:
+        request_id = frame.get("id")
+        if not isinstance(request_id, str):
+            return
+        reply = self._replies.get(request_id)
+        if reply is None:
+            if frame.get("done") is True or frame.get("replay") is True:
+                return
+            if request_id in self._recent:
+                return
+            reply = self._observe(request_id)
+        seed = None
+        if frame.get("continuation") is True and reply._needs_seed:
+            seed = next((m for m in reversed(self.messages) if m.get("role") == "assistant"), None)
+        if reply._handle(frame, seed):
+            self._merge(reply)
+        if reply._orphaned:
+            reply._orphaned = False
+            self._spawn(self._settle_from_history(reply))
+        if reply.done:
+            self._retire(reply)
+
+    def _observe(self, request_id: str) -> Reply:
+        reply = Reply(request_id, observed=True, canceller=self.cancel)
+        self._replies[request_id] = reply
+        if self._on_reply is not None:
+            try:
+                self._on_reply(reply)
+            except Exception:
+                log.exception("chat %s: on_reply hook failed", self.name)
+        return reply
+
+    async def _on_resuming(self, ws: ClientConnection, frame: JSONDict) -> None:
+        request_id = frame.get("id")
+        if not isinstance(request_id, str):
+            return
+        probe_id = frame.get("probeId")
+        reply = self._acked.get(request_id)
+        if reply is None:
+            # Each ACK makes the server replay the whole stream: one per socket and request.
+            reply = self._replies.get(request_id) or self._observe(request_id)
+            reply._begin_replay()
+            self._acked[request_id] = reply
+            if probe_id is None:
+                self._offered = reply
+            await self._send_on(ws, {"type": MessageType.STREAM_RESUME_ACK.value, "id": request_id})
+        self._answer_probes(frame, _ProbeAnswer("resuming", reply=reply))
+
+    def _answer_probes(self, frame: JSONDict, answer: _ProbeAnswer) -> None:
+        probe_id = frame.get("probeId")
+        if isinstance(probe_id, str):
+            probe = self._probes.get(probe_id)
+            if probe is not None:
+                probe.answers.put_nowait(answer)
+            return
+        # Unprompted (on connect, or releasing a parked connection): news for every waiter.
+        for probe in self._probes.values():
+            probe.answers.put_nowait(answer)
+
+    def _on_error(self, frame: JSONDict) -> None:
+        code = frame.get("code")
+        message = frame.get("message")
+        error = ClientError(
+            code if isinstance(code, str) else "server_error",
+            message if isinstance(message, str) else "the server reported an error",
+        )
+        log.debug("chat %s: server error %s: %s", self.name, error.code, error.message)
+        self.errors.append(error)
+        # The frame names no request: it belongs to the last operation still waiting, if any.
+        op, self._last_op = self._last_op, None
+        if isinstance(op, _Probe):
+            op.answers.put_nowait(_ProbeAnswer("error", error=error))
+        elif isinstance(op, Reply):
+            if not op.done and not op._received:
+                op._finish("error", error)
+                self._retire(op)
+            elif op.outcome == "error" and not op.chunks:
+                op.error = error
+
+    def _on_message_updated(self, frame: JSONDict) -> None:
+        message = frame.get("message")
+        if not isinstance(message, dict):
+            return
+        message_id = message.get("id")
+        self._set_messages([message if m.get("id") == message_id else m for m in self.messages])
+
+    async def _settle_from_history(self, reply: Reply) -> None:
+        try:
+            messages = await self.history()
+        except ClientError as exc:
+            reply._finish("error", ClientError("lost", f"the reply was lost: {exc.message}"))
+            self._retire(reply)
+            return
+        answer = self._answer_to(messages, reply)
+        if answer is not None:
+            reply._adopt(answer)
+        else:
+            reply._finish(
+                "error", ClientError("lost", "the connection dropped and the reply was lost")
+            )
+        self._retire(reply)
+
+    @staticmethod
+    def _answer_to(messages: list[UIMessage], reply: Reply) -> UIMessage | None:
+        ids = [m.get("id") for m in messages]
+        if reply.message_id is not None and reply.message_id in ids:
+            return messages[ids.index(reply.message_id)]
+        if reply.user_message_id is not None and reply.user_message_id in ids:
+            following = ids.index(reply.user_message_id) + 1
+            if following < len(messages) and messages[following].get("role") == "assistant":
+                return messages[following]
+        return None
+
+    # The transcript
+
+    def _set_messages(self, messages: list[UIMessage]) -> None:
+        self.messages = messages
+
+    def _set_transcript(self, messages: list[UIMessage]) -> None:
+        """Replace the transcript from the server, keeping replies still streaming."""
+        self._transcript_version += 1
+        self.messages = list(messages)
+        for reply in self._replies.values():
+            self._merge(reply)
+
+    def _clear_transcript(self) -> None:
+        # Replies running now belong to the cleared chat: they must not come back into it.
+        for reply in self._replies.values():
+            reply._detached = True
+        self._set_transcript([])
+
+    def _merge(self, reply: Reply) -> None:
+        accumulator = reply._accumulator
+        if accumulator is not None and not reply._detached:
+            self.messages = accumulator.merge_into(self.messages)
+
+    def _retire(self, reply: Reply) -> None:
+        if self._replies.get(reply.request_id) is reply:
+            del self._replies[reply.request_id]
+            self._recent.append(reply.request_id)
+
+    def _take_offered(self) -> Reply | None:
+        reply, self._offered = self._offered, None
+        return reply
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+class Connecting:
+    """What `ChatClient.connect` returns: await it, or use it as an async context manager."""
+
+    def __init__(self, client: ChatClient, *, load_history: bool) -> None:
+        """Wrap a client that is not connected yet."""
+        self._client = client
+        self._load_history = load_history
+
+    def __await__(self) -> Generator[Any, None, ChatClient]:
+        return self._connect().__await__()
+
+    async def _connect(self) -> ChatClient:
+        await self._client._start(load_history=self._load_history)
+        return self._client
+
+    async def __aenter__(self) -> ChatClient:
+        return await self._connect()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._client.close()

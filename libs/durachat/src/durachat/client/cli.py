@@ -1,0 +1,282 @@
+"""`durachat`: chat with a durachat server from the terminal.
+
+durachat chat "hello"            send one message, print the reply, exit
+durachat chat                    interactive prompt (/help lists the commands)
+durachat history                 print the transcript
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import threading
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import Future
+from typing import Any, TextIO, TypeVar
+
+from durachat.client.chat import ChatClient, fetch_history
+from durachat.client.errors import ClientError
+from durachat.client.reply import Outcome, Reply, message_text
+from durachat.types import UIMessage
+
+T = TypeVar("T")
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+EXIT_INTERRUPTED = 130
+
+EXAMPLES = """\
+examples:
+  durachat chat "hello"     send one message, print the reply, exit
+  durachat chat             chat interactively (/help lists the commands)
+  durachat history          print the conversation"""
+
+HELP = """\
+commands:
+  /history     show the conversation
+  /regenerate  answer the last message again
+  /clear       delete the conversation (for everyone)
+  /quit        leave (Ctrl-D works too)
+Ctrl-C stops a reply that is still coming."""
+
+
+class _Loop:
+    """An event loop on a thread of its own.
+
+    The main thread keeps `input()` (line editing) and receives Ctrl-C as KeyboardInterrupt
+    wherever it waits, so a reply can be cancelled while it streams.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="durachat", daemon=True)
+        self._thread.start()
+
+    def submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return self.submit(coroutine).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `durachat` command.
+
+    Args:
+        argv: The arguments (without the program name); `sys.argv[1:]` by default.
+
+    Returns:
+        The exit status: 0 on success, 1 on an error, 130 when interrupted.
+    """
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "history":
+            return _history(args)
+        if args.message is not None:
+            return _one_shot(args)
+        return _interactive(args)
+    except ClientError as exc:
+        _err(f"error: {exc.message}{_hint(exc, args.url)}")
+        return 1
+    except KeyboardInterrupt:
+        _err("")
+        return EXIT_INTERRUPTED
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--url",
+        default=os.environ.get("DURACHAT_URL", DEFAULT_URL),
+        help="the server's base URL (default: $DURACHAT_URL or %(default)s)",
+    )
+    common.add_argument("--agent", default="chat-agent", help="agent name (default: %(default)s)")
+    common.add_argument(
+        "--name", default="default", help="conversation name (default: %(default)s)"
+    )
+    parser = argparse.ArgumentParser(
+        prog="durachat",
+        description="Chat with a durachat server.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chat = commands.add_parser(
+        "chat",
+        parents=[common],
+        help="send a message, or chat interactively",
+        description="Send MESSAGE and print the reply; without MESSAGE, chat interactively.",
+    )
+    chat.add_argument("message", nargs="?", metavar="MESSAGE", help="the message to send")
+    commands.add_parser(
+        "history",
+        parents=[common],
+        help="print the conversation",
+        description="Print the conversation's transcript.",
+    )
+    return parser
+
+
+def _history(args: argparse.Namespace) -> int:
+    messages = asyncio.run(fetch_history(args.url, args.agent, args.name))
+    if not messages:
+        _err(f"(no messages in {args.agent}/{args.name})")
+    _print_transcript(messages, sys.stdout)
+    return 0
+
+
+async def _connect(args: argparse.Namespace) -> ChatClient:
+    return await ChatClient.connect(args.url, args.agent, args.name)
+
+
+def _one_shot(args: argparse.Namespace) -> int:
+    loop = _Loop()
+    try:
+        client = loop.run(_connect(args))
+        try:
+            reply = loop.run(client.send(args.message))
+            outcome = _follow(loop, client, reply)
+        finally:
+            loop.run(client.close())
+    finally:
+        loop.close()
+    return {"completed": 0, "aborted": EXIT_INTERRUPTED}.get(outcome, 1)
+
+
+def _interactive(args: argparse.Namespace) -> int:
+    loop = _Loop()
+    try:
+        client = loop.run(_connect(args))
+        try:
+            if sys.stdin.isatty():
+                earlier = len(client.messages)
+                _err(f"{args.agent}/{args.name} at {args.url}. /help for commands, Ctrl-D quits.")
+                if earlier:
+                    _err(f"({earlier} earlier messages; /history shows them)")
+            _prompt_loop(loop, client)
+        finally:
+            loop.run(client.close())
+    finally:
+        loop.close()
+    return 0
+
+
+def _prompt_loop(loop: _Loop, client: ChatClient) -> None:
+    while True:
+        try:
+            line = input("you> ").strip()
+        except EOFError:
+            _out("")
+            return
+        except KeyboardInterrupt:
+            _out("")
+            continue
+        if not line:
+            continue
+        if not line.startswith("/"):
+            _follow(loop, client, loop.run(client.send(line)))
+            continue
+        command = line.split()[0].lower()
+        if command in ("/quit", "/exit"):
+            return
+        if command == "/help":
+            _err(HELP)
+        elif command == "/history":
+            _print_transcript(loop.run(client.history()), sys.stdout)
+        elif command == "/clear":
+            loop.run(client.clear())
+            _err("(conversation cleared)")
+        elif command == "/regenerate":
+            try:
+                reply = loop.run(client.regenerate())
+            except ClientError as exc:
+                _err(f"error: {exc.message}")
+                continue
+            _follow(loop, client, reply)
+        else:
+            _err(f"unknown command {command} (/help lists them)")
+
+
+def _follow(loop: _Loop, client: ChatClient, reply: Reply) -> Outcome:
+    """Print a reply as it streams; the first Ctrl-C cancels it, a second one gives up."""
+    printing = loop.submit(_print_reply(reply, sys.stdout))
+    cancelled = False
+    while True:
+        try:
+            outcome = printing.result()
+            break
+        except KeyboardInterrupt:
+            if cancelled:
+                printing.cancel()
+                raise
+            cancelled = True
+            loop.run(client.cancel(reply.request_id))
+    if outcome == "aborted":
+        _err("(cancelled)")
+    elif outcome == "skipped":
+        _err("(the server did not answer this message)")
+    elif outcome == "error":
+        message = reply.error.message if reply.error is not None else "the reply failed"
+        _err(f"error: {message}")
+    return outcome
+
+
+async def _print_reply(reply: Reply, out: TextIO) -> Outcome:
+    wrote = ""
+    async for chunk in reply:
+        delta = chunk.get("delta")
+        if chunk.get("type") == "text-delta" and isinstance(delta, str) and delta:
+            out.write(delta)
+            out.flush()
+            wrote = delta
+    outcome = await reply.wait()
+    if wrote and not wrote.endswith("\n"):
+        out.write("\n")
+        out.flush()
+    return outcome
+
+
+def _print_transcript(messages: list[UIMessage], out: TextIO) -> None:
+    for message in messages:
+        role = message.get("role")
+        label = "you" if role == "user" else str(role)
+        out.write(f"{label}: {_render(message)}\n")
+    out.flush()
+
+
+def _render(message: UIMessage) -> str:
+    text = message_text(message)
+    extras = []
+    parts = message.get("parts")
+    for part in parts if isinstance(parts, list) else []:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if isinstance(kind, str) and (kind.startswith("tool-") or kind == "dynamic-tool"):
+            name = part.get("toolName") if kind == "dynamic-tool" else kind[len("tool-") :]
+            extras.append(f"[tool {name}: {part.get('state')}]")
+        elif kind == "file":
+            extras.append(f"[file {part.get('mediaType', '')}]".replace(" ]", "]"))
+    return " ".join([*extras, text] if text else extras)
+
+
+def _hint(error: ClientError, url: str) -> str:
+    if error.code == "connect_failed" and "refused the connection" not in error.message:
+        return f"\n(is the server running at {url}? `make run` starts one)"
+    return ""
+
+
+def _out(text: str) -> None:
+    print(text, flush=True)
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""The error type of the chat client."""
+
+from __future__ import annotations
+
+
+class ClientError(Exception):
+    """A failure reported by the server or met by the client.
+
+    Attributes:
+        code: A short machine-readable code: the server's `durachat_error` code (for example
+            `invalid_frame`), `stream_error` for an error frame of a reply, or one of the
+            client's own: `connect_failed`, `http_error`, `disconnected`, `closed`, `lost`,
+            `nothing_to_regenerate`.
+        message: A human-readable description.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        """Create the error.
+
+        Args:
+            code: The machine-readable code.
+            message: The human-readable description.
+        """
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"ClientError(code={self.code!r}, message={self.message!r})"

@@ -1,0 +1,110 @@
+"""Compatibility with the real JavaScript client stack (agents + @cloudflare/ai-chat + ai, from npm).
+
+Each scenario runs `node tests/compat/driver.mjs <urls> <scenario>` against a real local cluster
+(2 gateways, 2 shards, 1 jobs worker). The driver drives `AgentClient`, `WebSocketChatTransport`
+and the AI SDK's `AbstractChat` the way `useAgentChat` does, prints one JSON line and exits 0 on
+success. `make test` installs the pinned packages (`npm ci` in tests/compat) first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from durachat_infra.local.cluster import LocalCluster
+from support.cluster import running_cluster
+
+HERE = Path(__file__).resolve().parent
+DRIVER = HERE / "driver.mjs"
+NODE = shutil.which("node")
+AGENT = "chat-agent"
+DRIVER_TIMEOUT = 45.0
+"""Seconds one driver run may take; the driver gives itself 30 s per scenario."""
+
+SCENARIOS = ["chat", "resume-drop", "resume-reload", "cancel", "clear", "regenerate", "two-tabs"]
+TWO_GATEWAYS = {"resume-reload", "clear", "two-tabs"}
+"""Scenarios whose second client connects through the second gateway."""
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(NODE is None, reason="node is not installed"),
+    pytest.mark.skipif(
+        not (HERE / "node_modules").is_dir(),
+        reason="tests/compat/node_modules is missing: run `npm ci` in tests/compat (make test does)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[LocalCluster]:
+    """One running cluster for all compatibility scenarios."""
+    with running_cluster(tmp_path_factory.mktemp("compat-cluster"), redis_url) as running:
+        yield running
+
+
+def _dump_logs(cluster: LocalCluster) -> str:
+    log_dir = cluster.log_dir
+    if log_dir is None or not log_dir.exists():
+        return ""
+    parts = []
+    for path in sorted(log_dir.glob("*.log")):
+        parts.append(f"----- {path.name} (tail) -----\n{path.read_text(errors='replace')[-3000:]}")
+    return "\n".join(parts)
+
+
+def _explain(stdout: str) -> str:
+    """The driver's JSON line, pretty-printed with its frame log one frame a line."""
+    for line in reversed(stdout.splitlines()):
+        try:
+            result = json.loads(line)
+        except ValueError:
+            continue
+        frames = result.pop("frames", [])
+        return json.dumps(result, indent=2) + "\nframes:\n" + "\n".join(frames)
+    return stdout
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+async def test_real_client(cluster: LocalCluster, scenario: str) -> None:
+    assert NODE is not None
+    urls = cluster.urls if scenario in TWO_GATEWAYS else cluster.urls[:1]
+    name = f"compat-{scenario}-{uuid.uuid4().hex[:8]}"
+    process = await asyncio.create_subprocess_exec(
+        NODE,
+        str(DRIVER),
+        ",".join(urls),
+        scenario,
+        AGENT,
+        name,
+        cwd=HERE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        stdout_b, stderr_b = await asyncio.wait_for(process.communicate(), DRIVER_TIMEOUT)
+    except TimeoutError:
+        process.kill()
+        stdout_b, stderr_b = await process.communicate()
+        pytest.fail(
+            f"driver did not exit within {DRIVER_TIMEOUT}s\n"
+            f"{_explain(stdout_b.decode(errors='replace'))}\n"
+            f"stderr:\n{stderr_b.decode(errors='replace')[-4000:]}\n{_dump_logs(cluster)}"
+        )
+    stdout = stdout_b.decode(errors="replace")
+    stderr = stderr_b.decode(errors="replace")
+    if process.returncode != 0:
+        pytest.fail(
+            f"scenario {scenario} failed (exit {process.returncode})\n{_explain(stdout)}\n"
+            f"stderr:\n{stderr[-4000:]}\n{_dump_logs(cluster)}",
+            pytrace=False,
+        )
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result["ok"] is True, _explain(stdout)
+    print(json.dumps(result.get("observed", {}))[:2000])
