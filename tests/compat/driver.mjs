@@ -7,7 +7,11 @@
 //     like @ai-sdk/react's ReactChatState;
 //   * the hook's own glue (initial `get-messages` fetch, the shared `onAgentMessage` frame handler,
 //     resume on mount and on every close→open, `stop`, `clearHistory`), ported from
-//     node_modules/agents/dist/chat/react.js line by line where it matters for these scenarios.
+//     node_modules/agents/dist/chat/react.js line by line where it matters for these scenarios;
+//     it uses the protocol constants `MessageType` from @cloudflare/ai-chat/types and the hook's
+//     cross-tab observer state machine (`broadcastTransition`, agents/chat).
+//
+// (useAgentChat itself cannot run here: agents/chat/react imports react and @ai-sdk/react.)
 //
 // Usage: node driver.mjs <baseUrl[,baseUrl2]> <scenario> [agent] [name]
 // Prints one JSON line; exits 0 on success, 1 on failure (with "reason").
@@ -1135,7 +1139,8 @@ async function main() {
   try {
     await scenarios[scenario]({ urls, agent, name }, observed);
     clearTimeout(budget);
-    finish(0, { ok: true, ms: Date.now() - T0, observed });
+    // COMPAT_DRIVER_FRAMES=1 keeps the frame log on success too (for reading the wire).
+    finish(0, { ok: true, ms: Date.now() - T0, observed, ...(process.env.COMPAT_DRIVER_FRAMES ? { frames: frameLog.map(renderFrame) } : {}) });
   } catch (error) {
     clearTimeout(budget);
     finish(1, {

@@ -1,4 +1,4 @@
-"""Compatibility with the real JavaScript client stack (agents + @cloudflare/ai-chat + ai, from npm).
+"""Compatibility with the real JavaScript client stack: agents, @cloudflare/ai-chat, ai (npm).
 
 Each scenario runs `node tests/compat/driver.mjs <urls> <scenario>` against a real local cluster
 (2 gateways, 2 shards, 1 jobs worker). The driver drives `AgentClient`, `WebSocketChatTransport`
@@ -37,7 +37,7 @@ pytestmark = [
     pytest.mark.skipif(NODE is None, reason="node is not installed"),
     pytest.mark.skipif(
         not (HERE / "node_modules").is_dir(),
-        reason="tests/compat/node_modules is missing: run `npm ci` in tests/compat (make test does)",
+        reason="tests/compat/node_modules is missing: `npm ci` in tests/compat (make test runs it)",
     ),
 ]
 
@@ -67,7 +67,7 @@ def _explain(stdout: str) -> str:
         except ValueError:
             continue
         frames = result.pop("frames", [])
-        return json.dumps(result, indent=2) + "\nframes:\n" + "\n".join(frames)
+        return json.dumps(result, indent=2, ensure_ascii=False) + "\nframes:\n" + "\n".join(frames)
     return stdout
 
 

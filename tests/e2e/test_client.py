@@ -120,8 +120,8 @@ async def test_regenerate_replaces_the_last_answer(cluster: LocalCluster, conver
 
 
 async def test_cancel_aborts_a_running_reply(cluster: LocalCluster, conversation: str) -> None:
-    dbg = Frames()
-    async with ChatClient.connect(cluster.urls[0], AGENT, conversation, on_frame=dbg) as client:
+    watched = Frames()
+    async with ChatClient.connect(cluster.urls[0], AGENT, conversation, on_frame=watched) as client:
         reply = await client.send("slow")
         seen: list[str] = []
         async with asyncio.timeout(20):
@@ -130,8 +130,7 @@ async def test_cancel_aborts_a_running_reply(cluster: LocalCluster, conversation
                     seen.append(chunk["delta"])
                     if len(seen) == 3:
                         assert await client.cancel() == reply.request_id
-        for f in dbg.frames: print(f)
-        assert reply.outcome == "aborted"
+        assert reply.outcome == "aborted", watched.frames
         text = await reply.text()
         assert text == "".join(seen)
         assert text.startswith("s00 s01 s02 ") and len(text) < len(SLOW_TEXT)

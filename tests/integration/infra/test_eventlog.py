@@ -6,7 +6,9 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from durachat_infra.eventlog import Kind, LogEntry, LogReader, LogWriter, entry_id_key
+import pytest
+
+from durachat_infra.eventlog import Kind, LogEntry, LogFencedError, LogReader, LogWriter, entry_id_key
 from durachat_infra.keys import ConversationKeys
 from support.waiting import eventually
 
@@ -97,3 +99,18 @@ async def test_read_range_pages_through_long_logs(redis: Redis, key_prefix: str)
     entries = await reader.read_range(keys, first, page=1000)
     assert [e.frame for e in entries] == [f'{{"n":{i}}}' for i in range(2500)]
     await blocking.aclose()
+
+
+async def test_a_writer_without_the_lease_cannot_append(redis: Redis, key_prefix: str) -> None:
+    keys = ConversationKeys(key_prefix, "fenced")
+    lost: list[ConversationKeys] = []
+    writer = LogWriter(redis, owner="old-owner", on_fenced=lost.append)
+    await redis.set(keys.lease, "old-owner")
+    first = writer.append_waitable(keys, Kind.CHUNK, '{"n":1}', request="r")
+    assert await first
+    await redis.set(keys.lease, "new-owner")
+    second = writer.append_waitable(keys, Kind.CHUNK, '{"n":2}', request="r")
+    with pytest.raises(LogFencedError):
+        await second
+    assert lost == [keys]
+    assert [row[1]["f"] for row in await redis.xrange(keys.log)] == ['{"n":1}']

@@ -7,6 +7,7 @@ scripted `chat.completion.chunk` events chosen by the last user message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import socket
@@ -83,6 +84,7 @@ class FakeOpenAI:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.waiting_for_headers = threading.Event()
         self.app = FastAPI()
         self.app.post("/v1/chat/completions")(self.completions)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -103,6 +105,13 @@ class FakeOpenAI:
         self.requests.append(body)
         last_user = next(m for m in reversed(body["messages"]) if m["role"] == "user")
         scenario = str(last_user["content"])
+        if scenario == "no-headers":
+            # A provider that accepts the request but does not answer; ends when the client leaves
+            # (with the body read, the next ASGI message is the disconnect).
+            self.waiting_for_headers.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(request.receive(), timeout=30)
+            return Response(status_code=503)
         if scenario == "rate-limited":
             return JSONResponse(
                 {"error": {"message": "slow down", "type": "rate_limit", "code": "rate_limit"}},
@@ -324,3 +333,22 @@ async def test_abort_interrupts_a_stalled_http_stream(fake_openai: FakeOpenAI) -
         pytest.fail("abort did not end the stream")
     task.result()
     assert [c["type"] for c in chunks] == ["start-step", "text-start", "text-delta"]
+
+
+async def test_abort_interrupts_a_request_waiting_for_headers(fake_openai: FakeOpenAI) -> None:
+    abort = asyncio.Event()
+    chunks: list[UIChunk] = []
+
+    async def consume() -> None:
+        async for chunk in run(fake_openai, "no-headers", abort=abort):
+            chunks.append(chunk)
+
+    task = asyncio.create_task(consume())
+    assert await asyncio.to_thread(fake_openai.waiting_for_headers.wait, 10)
+    abort.set()
+    done, _ = await asyncio.wait({task}, timeout=10)
+    if task not in done:
+        task.cancel()
+        pytest.fail("abort did not end the request")
+    task.result()
+    assert chunks == []

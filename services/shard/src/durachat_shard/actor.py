@@ -102,6 +102,12 @@ class ConversationActor:
         """True once a write was rejected: this shard no longer owns the conversation."""
         return self._fenced
 
+    def step_down(self) -> None:
+        """Stop acting for the conversation: another shard owns it now."""
+        self._fenced = True
+        if self._active is not None:
+            self._active[1].set()
+
     def submit(self, connection_id: str, frame: JSONDict) -> None:
         """Queue a client frame (already known to be a JSON object with a string `type`)."""
         self.last_active = time.monotonic()

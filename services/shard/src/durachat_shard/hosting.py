@@ -122,6 +122,12 @@ class Conversations:
                 del self._activating[key]
         return (await asyncio.shield(pending)).actor
 
+    def on_log_fenced(self, keys: ConversationKeys) -> None:
+        """The event log refused a write: another shard owns the conversation now."""
+        for held in self._held.values():
+            if held.keys == keys:
+                held.actor.step_down()
+
     async def _activate(self, key: ConversationKey) -> _Held:
         agent_cls = self._agents.get(key.agent)
         if agent_cls is None:

@@ -36,7 +36,13 @@ async def serve(settings: ShardSettings) -> None:
     store = Store.from_url(settings.database_url)
     redis = Redis.from_url(settings.redis_url, decode_responses=True)
     cluster_keys = ClusterKeys(settings.key_prefix)
-    writer = LogWriter(redis, maxlen=settings.log_maxlen)
+    fenced: list[Conversations] = []
+    writer = LogWriter(
+        redis,
+        owner=settings.shard_id,
+        maxlen=settings.log_maxlen,
+        on_fenced=lambda keys: fenced[0].on_log_fenced(keys) if fenced else None,
+    )
     view = ClusterView(redis, cluster_keys, refresh=settings.heartbeat_interval)
     leases = Leases(redis, cluster_keys, settings.shard_id, settings.lease_ttl)
     conversations = Conversations(
@@ -51,6 +57,7 @@ async def serve(settings: ShardSettings) -> None:
         lease_ttl=settings.lease_ttl,
         idle_evict_after=settings.idle_evict_after,
     )
+    fenced.append(conversations)
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

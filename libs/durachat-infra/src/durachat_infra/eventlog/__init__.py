@@ -12,12 +12,13 @@ from durachat_infra.eventlog.entries import (
 )
 from durachat_infra.eventlog.reader import LogReader
 from durachat_infra.eventlog.state import StreamState
-from durachat_infra.eventlog.writer import LogWriter
+from durachat_infra.eventlog.writer import LogFencedError, LogWriter
 
 __all__ = [
     "ALL",
     "Kind",
     "LogEntry",
+    "LogFencedError",
     "LogReader",
     "LogWriter",
     "StreamState",

@@ -1,24 +1,37 @@
-"""Lua scripts that keep an event log and its stream state consistent."""
+"""Lua scripts that keep an event log, its stream state and its lease consistent."""
 
 from __future__ import annotations
 
-# KEYS: log, state. ARGV: maxlen, kind, frame, target, request, the state change as JSON (also
-# stored in the entry, so followers apply the same change), then the change as field/value pairs
-# for the state hash, where the value "$id" stands for the id of the entry just added. Appending
-# the entry and changing the state in one script lets a gateway read both atomically.
-APPEND_WITH_STATE = """
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
-  'k', ARGV[2], 'f', ARGV[3], 't', ARGV[4], 'r', ARGV[5], 's', ARGV[6])
-local n = #ARGV
-if n > 6 then
-  local args = {}
-  for i = 7, n, 2 do
-    args[#args + 1] = ARGV[i]
-    if ARGV[i + 1] == '$id' then args[#args + 1] = id else args[#args + 1] = ARGV[i + 1] end
-  end
-  redis.call('HSET', KEYS[2], unpack(args))
+# KEYS: log, state, lease. ARGV: owner, maxlen, then five values per entry: kind, frame, target,
+# request, state change as JSON ("" for none). A state change is also stored in its entry (so
+# followers apply the same change) and applied to the state hash, where the value "$id" stands
+# for the id of the entry just added. Checking the lease, appending and changing the state in
+# one script means a former owner can never write, and a gateway reading state and log
+# together (SNAPSHOT) always sees them agree. An empty owner skips the lease check.
+APPEND = """
+if ARGV[1] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[1] then
+  return redis.error_reply('FENCED the conversation lease is held by another shard')
 end
-return id
+local ids = {}
+for i = 3, #ARGV, 5 do
+  local id
+  if ARGV[i + 4] == '' then
+    id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*',
+      'k', ARGV[i], 'f', ARGV[i + 1], 't', ARGV[i + 2], 'r', ARGV[i + 3])
+  else
+    id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*',
+      'k', ARGV[i], 'f', ARGV[i + 1], 't', ARGV[i + 2], 'r', ARGV[i + 3], 's', ARGV[i + 4])
+    local change = cjson.decode(ARGV[i + 4])
+    local args = {}
+    for field, value in pairs(change) do
+      args[#args + 1] = field
+      if value == '$id' then args[#args + 1] = id else args[#args + 1] = value end
+    end
+    if #args > 0 then redis.call('HSET', KEYS[2], unpack(args)) end
+  end
+  ids[#ids + 1] = id
+end
+return ids
 """
 
 # KEYS: log, state. Returns {state hash as a flat list, id of the newest entry or "0-0"}.

@@ -1,49 +1,62 @@
-"""The owner's side of the event log: appends, batched per event-loop tick."""
+"""The owner's side of the event log: fenced appends, batched per event-loop tick."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from durachat_infra.eventlog.entries import ALL, Kind
-from durachat_infra.eventlog.scripts import APPEND_WITH_STATE
+from durachat_infra.eventlog.scripts import APPEND
 from durachat_infra.keys import ConversationKeys
 
 log = logging.getLogger(__name__)
 
 
+class LogFencedError(Exception):
+    """The writer no longer holds the conversation's lease; nothing was appended."""
+
+
 @dataclass(slots=True)
 class _Append:
-    keys: ConversationKeys
     kind: Kind
     frame: str
     target: str
     request: str
-    state: dict[str, str] | None
+    state: str
     done: asyncio.Future[str] | None = field(default=None)
 
 
 class LogWriter:
-    """Appends entries to conversation event logs.
+    """Appends entries to conversation event logs on behalf of their owner.
 
-    `append` never blocks: entries queue up and a single flusher writes them with one pipelined
-    round trip per batch, in order. Everything appended while a batch is in flight goes into the
-    next batch, so under load a round trip carries many chunks. Entries that change the stream
-    state go through a script that updates the state hash in the same step.
+    `append` never blocks: entries queue up and a single flusher writes them, one script call
+    per conversation per batch, all in one pipelined round trip. Everything appended while a
+    batch is in flight goes into the next one, so under load a round trip carries many chunks.
+    Each script call checks that `owner` still holds the conversation's lease: a shard that lost
+    a conversation cannot add to its log. `on_fenced` is told which conversation was lost.
     """
 
-    def __init__(self, redis: Redis, *, maxlen: int = 10_000) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        owner: str = "",
+        maxlen: int = 10_000,
+        on_fenced: Callable[[ConversationKeys], None] | None = None,
+    ) -> None:
         self._redis = redis
+        self._owner = owner
         self._maxlen = str(maxlen)
-        self._queue: list[_Append] = []
+        self._queue: dict[ConversationKeys, list[_Append]] = {}
         self._flusher: asyncio.Task[None] | None = None
-        self._script = redis.register_script(APPEND_WITH_STATE)
-        self._closed = False
+        self._script = redis.register_script(APPEND)
+        self._on_fenced = on_fenced
 
     def append(
         self,
@@ -56,7 +69,8 @@ class LogWriter:
         state: dict[str, str] | None = None,
     ) -> None:
         """Queue an entry; `state` changes the stream state hash atomically with it."""
-        self._queue.append(_Append(keys, kind, frame, target, request, state))
+        encoded = json.dumps(state, separators=(",", ":")) if state else ""
+        self._queue.setdefault(keys, []).append(_Append(kind, frame, target, request, encoded))
         self._kick()
 
     def append_waitable(
@@ -69,16 +83,20 @@ class LogWriter:
         request: str = "",
         state: dict[str, str] | None = None,
     ) -> asyncio.Future[str]:
-        """Queue an entry and return a future resolving to its entry id once written."""
+        """Queue an entry; the future resolves to its entry id once written (or fails with
+        `LogFencedError`)."""
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Append(keys, kind, frame, target, request, state, done))
+        encoded = json.dumps(state, separators=(",", ":")) if state else ""
+        self._queue.setdefault(keys, []).append(
+            _Append(kind, frame, target, request, encoded, done)
+        )
         self._kick()
         return done
 
     async def flush(self) -> None:
-        """Wait until every entry queued so far is written."""
+        """Wait until every entry queued so far is written (or dropped as fenced)."""
         while self._queue or (self._flusher is not None and not self._flusher.done()):
-            if self._flusher is not None:
+            if self._flusher is not None and not self._flusher.done():
                 await asyncio.shield(self._flusher)
             else:
                 self._kick()
@@ -86,7 +104,6 @@ class LogWriter:
     async def close(self) -> None:
         """Flush and stop."""
         await self.flush()
-        self._closed = True
 
     def _kick(self) -> None:
         if self._flusher is None or self._flusher.done():
@@ -97,41 +114,38 @@ class LogWriter:
         await asyncio.sleep(0)
         delay = 0.05
         while self._queue:
-            batch, self._queue = self._queue, []
+            batch, self._queue = self._queue, {}
             while True:
                 try:
-                    ids = await self._write(batch)
+                    results = await self._write(batch)
                     break
                 except RedisError as exc:
                     log.warning("event log write failed, retrying: %s", exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 2.0)
             delay = 0.05
-            for item, entry_id in zip(batch, ids, strict=True):
-                if item.done is not None and not item.done.done():
-                    item.done.set_result(entry_id)
+            for (keys, items), result in zip(batch.items(), results, strict=True):
+                if isinstance(result, ResponseError) and str(result).startswith("FENCED"):
+                    log.warning("event log write fenced off for %s", keys.tag)
+                    for item in items:
+                        if item.done is not None and not item.done.done():
+                            item.done.set_exception(LogFencedError(keys.tag))
+                    if self._on_fenced is not None:
+                        self._on_fenced(keys)
+                    continue
+                if isinstance(result, Exception):
+                    log.error("event log write failed for %s: %s", keys.tag, result)
+                    continue
+                for item, entry_id in zip(items, result, strict=True):
+                    if item.done is not None and not item.done.done():
+                        item.done.set_result(str(entry_id))
 
-    async def _write(self, batch: list[_Append]) -> list[str]:
+    async def _write(self, batch: dict[ConversationKeys, list[_Append]]) -> list[object]:
         pipe = self._redis.pipeline(transaction=False)
-        for item in batch:
-            if item.state is None:
-                pipe.xadd(
-                    item.keys.log,
-                    {"k": item.kind.value, "f": item.frame, "t": item.target, "r": item.request},
-                    maxlen=int(self._maxlen),
-                    approximate=True,
-                )
-            else:
-                args: list[str] = [
-                    self._maxlen,
-                    item.kind.value,
-                    item.frame,
-                    item.target,
-                    item.request,
-                    json.dumps(item.state, separators=(",", ":")),
-                ]
-                for name, value in item.state.items():
-                    args += [name, value]
-                await self._script(keys=[item.keys.log, item.keys.state], args=args, client=pipe)
-        results = await pipe.execute()
-        return [str(r) for r in results]
+        for keys, items in batch.items():
+            args: list[str] = [self._owner, self._maxlen]
+            for item in items:
+                args += [item.kind.value, item.frame, item.target, item.request, item.state]
+            await self._script(keys=[keys.log, keys.state, keys.lease], args=args, client=pipe)
+        results: list[object] = await pipe.execute(raise_on_error=False)
+        return results

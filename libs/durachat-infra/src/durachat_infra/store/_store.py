@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from operator import attrgetter
 from types import TracebackType
 from typing import Any, Self, cast
 
-from sqlalchemy import Integer, Row, Select, insert, literal_column, select, update
+from sqlalchemy import Integer, Row, insert, literal_column, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import aliased
@@ -200,8 +201,17 @@ class Store:
             .scalar_subquery()
         )
         async with self._read("load path") as conn:
-            rows = (await conn.execute(_path(leaf))).all()
-        return [_stored(row) for row in rows]
+            rows = await _path(conn, leaf)
+        return [
+            StoredMessage(
+                pk=row.id,
+                message_id=row.message_id,
+                parent_pk=row.parent_id,
+                seq=row.seq,
+                message=row.body,
+            )
+            for row in rows
+        ]
 
     async def transcript(
         self, key: ConversationKey, branch: str = MAIN_BRANCH
@@ -222,7 +232,7 @@ class Store:
             .scalar_subquery()
         )
         async with self._read("load transcript") as conn:
-            rows = (await conn.execute(_path(leaf))).all()
+            rows = await _path(conn, leaf)
         return [row.body for row in rows]
 
     async def get_turn(self, conversation_id: int, request_id: str) -> TurnRecord | None:
@@ -337,10 +347,11 @@ async def _find(conn: AsyncConnection, key: ConversationKey) -> Conversation | N
     return None if row is None else Conversation(id=row.id, key=key, epoch=row.epoch)
 
 
-def _path(leaf: ColumnElement[Any]) -> Select[Any]:
-    """Select the messages from the root down to `leaf` (a scalar: the leaf's key or NULL).
+async def _path(conn: AsyncConnection, leaf: ColumnElement[Any]) -> list[Row[Any]]:
+    """Return the message rows from the root down to `leaf` (a scalar: the leaf's key or NULL).
 
-    Walks up from the leaf with a recursive CTE, one primary-key lookup per step.
+    Walks up from the leaf with a recursive CTE, one primary-key lookup per step, so the cost
+    follows the length of the path, not the size of the conversation.
     """
     up = (
         select(
@@ -355,14 +366,11 @@ def _path(leaf: ColumnElement[Any]) -> Select[Any]:
     up = up.union_all(
         select(parent.id, parent.parent_id, up.c.depth + 1).where(parent.id == up.c.parent_id)
     )
-    return (
-        select(Message.id, Message.message_id, Message.parent_id, Message.seq, Message.body)
-        .join(up, up.c.id == Message.id)
-        .order_by(up.c.depth.desc())
+    result = await conn.execute(
+        select(
+            Message.id, Message.message_id, Message.parent_id, Message.seq, Message.body, up.c.depth
+        ).join(up, up.c.id == Message.id)
     )
-
-
-def _stored(row: Row[Any]) -> StoredMessage:
-    return StoredMessage(
-        pk=row.id, message_id=row.message_id, parent_pk=row.parent_id, seq=row.seq, message=row.body
-    )
+    # Ordered here rather than with ORDER BY: the database would sort whole rows, bodies
+    # included (PostgreSQL spills long paths to disk), where sorting the depths is enough.
+    return sorted(result, key=attrgetter("depth"), reverse=True)

@@ -1,0 +1,116 @@
+"""Shards that stop, die or stall: conversations move and history survives; zombies can't write."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from durachat_infra.local.cluster import LocalCluster, Process
+from support.cluster import running_cluster
+from support.waiting import eventually
+from support.wsclient import WsClient, chat_request, get_messages, user_message
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+AGENT = "chat-agent"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[LocalCluster]:
+    with running_cluster(tmp_path_factory.mktemp("failover"), redis_url, shards=3) as running:
+        yield running
+
+
+async def _owner(cluster: LocalCluster, name: str) -> Process:
+    async with httpx.AsyncClient(base_url=cluster.urls[0]) as http:
+        owner = (await http.get("/v1/cluster/owner", params={"agent": AGENT, "name": name})).json()
+    return next(p for p in cluster.processes if p.popen.pid == owner["pid"])
+
+
+async def _live_pids(cluster: LocalCluster) -> set[int]:
+    async with httpx.AsyncClient(base_url=cluster.urls[0]) as http:
+        shards = (await http.get("/v1/cluster")).json()["shards"]
+    return {s["pid"] for s in shards}
+
+
+async def _chat(client: WsClient, messages: list[dict[str, object]]) -> str:
+    request = chat_request(messages)
+    await client.send(request)
+    done = await client.wait_done(request["id"], timeout=30)
+    assert "outcome" not in done, done
+    return client.text(request["id"])
+
+
+def _replace(cluster: LocalCluster, dead: Process) -> None:
+    cluster.processes.remove(dead)
+    cluster.spawn_shard(f"{dead.name}-r{int(time.time() * 1000) % 100000}")
+    cluster.wait_ready(60)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+async def test_idle_conversation_moves_when_its_shard_stops(
+    cluster: LocalCluster, sig: signal.Signals
+) -> None:
+    name = f"move-{sig.name.lower()}-{time.time_ns()}"
+    client = await WsClient.connect(cluster.urls[0], AGENT, name)
+    u1 = user_message("before the move")
+    assert await _chat(client, [u1]) == "echo: before the move"
+    owner = await _owner(cluster, name)
+    owner.popen.send_signal(sig)
+    owner.popen.wait(20)
+    await eventually(lambda: _gone(cluster, owner.pid), timeout=10)
+    history = await get_messages(cluster.urls[1], AGENT, name)
+    u2 = user_message("after the move")
+    # The other gateway, and a conversation re-activated from SQL on another shard.
+    other = await WsClient.connect(cluster.urls[1], AGENT, name)
+    assert await _chat(other, [*history, u2]) == "echo: after the move"
+    new_owner = await _owner(cluster, name)
+    assert new_owner.pid != owner.pid
+    after = await get_messages(cluster.urls[0], AGENT, name)
+    assert [m["role"] for m in after] == ["user", "assistant", "user", "assistant"]
+    assert after[:2] == history
+    await client.close()
+    await other.close()
+    _replace(cluster, owner)
+
+
+async def _gone(cluster: LocalCluster, pid: int) -> bool:
+    return pid not in await _live_pids(cluster)
+
+
+async def test_a_stalled_former_owner_cannot_write(cluster: LocalCluster) -> None:
+    name = f"zombie-{time.time_ns()}"
+    client = await WsClient.connect(cluster.urls[0], AGENT, name)
+    u1 = user_message("slow one")
+    r1 = chat_request([u1])
+    await client.send(r1)
+    await client.wait_for(lambda f: f.get("id") == r1["id"] and f.get("seq") == 3, timeout=20)
+    owner = await _owner(cluster, name)
+    os.kill(owner.pid, signal.SIGSTOP)
+    try:
+        await eventually(lambda: _gone(cluster, owner.pid), timeout=10)
+        u2 = user_message("while the old owner sleeps")
+        assert await _chat(client, [u1, u2]) == "echo: while the old owner sleeps"
+        settled = len(client.frames)
+    finally:
+        os.kill(owner.pid, signal.SIGCONT)
+    log_file = Path(cluster.log_dir or ".") / f"{owner.name}.log"
+    await eventually(lambda: _contains(log_file, "fenced"), timeout=15)
+    # The zombie's turn wrote nothing: no more frames of its request, and the transcript holds
+    # only what the new owner wrote.
+    late = [f for f in client.frames[settled:] if f.get("id") == r1["id"]]
+    assert late == []
+    history = await get_messages(cluster.urls[0], AGENT, name)
+    assert [m["role"] for m in history] == ["user", "user", "assistant"]
+    assert history[2]["parts"][-1]["text"] == "echo: while the old owner sleeps"
+    await client.close()
+
+
+async def _contains(path: Path, needle: str) -> bool:
+    return needle in path.read_text(errors="replace").lower()
