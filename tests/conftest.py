@@ -12,7 +12,9 @@ from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from durachat_infra.local.cluster import LocalCluster  # noqa: E402
 from durachat_infra.local.redis_server import RedisServer  # noqa: E402
+from support.cluster import running_cluster  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +30,14 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 def redis_url(redis_server: RedisServer) -> str:
     """URL of the session's Redis."""
     return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[LocalCluster]:
+    """A running cluster (2 gateways, 2 shards, 1 jobs worker) shared by tests that leave it as
+    they found it; tests that kill processes start their own."""
+    with running_cluster(tmp_path_factory.mktemp("cluster"), redis_url) as running:
+        yield running
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from durachat_infra.local.cluster import LocalCluster
-from support.cluster import running_cluster
 
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "driver.mjs"
@@ -40,13 +39,6 @@ pytestmark = [
         reason="tests/compat/node_modules is missing: `npm ci` in tests/compat (make test runs it)",
     ),
 ]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[LocalCluster]:
-    """One running cluster for all compatibility scenarios."""
-    with running_cluster(tmp_path_factory.mktemp("compat-cluster"), redis_url) as running:
-        yield running
 
 
 def _dump_logs(cluster: LocalCluster) -> str:

@@ -13,13 +13,6 @@ from support.cluster import running_cluster
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[LocalCluster]:
-    """A running cluster for the module's tests."""
-    with running_cluster(tmp_path_factory.mktemp("cluster"), redis_url) as running:
-        yield running
-
-
 @pytest.fixture
 def conversation() -> str:
     """A conversation name of this test's own."""

@@ -188,13 +188,14 @@ async def test_error_reply(cluster: LocalCluster, conversation: str) -> None:
 async def test_server_error_frames_reach_the_operation(
     cluster: LocalCluster, conversation: str
 ) -> None:
-    async with ChatClient.connect(cluster.urls[0], AGENT, conversation) as client:
+    watched = Frames()
+    async with ChatClient.connect(cluster.urls[0], AGENT, conversation, on_frame=watched) as client:
         # A body field overriding `messages` makes the server reject the request.
         reply = await client.send("hi", body={"messages": "not a list"})
         async with asyncio.timeout(10):
             assert await reply.wait() == "error"
         assert reply.error is not None
-        assert reply.error.code == "invalid_messages"
+        assert reply.error.code == "invalid_messages", watched.frames
         assert [e.code for e in client.errors] == ["invalid_messages"]
 
 
@@ -237,12 +238,18 @@ async def test_a_new_client_resumes_a_running_reply(
             async for chunk in reply:
                 if chunk.get("type") == "text-delta":
                     break
-        async with ChatClient.connect(cluster.urls[1], AGENT, conversation) as reloaded:
+        watched = Frames()
+        async with ChatClient.connect(
+            cluster.urls[1], AGENT, conversation, on_frame=watched
+        ) as reloaded:
             async with asyncio.timeout(10):
                 resumed = await reloaded.resume()
             assert resumed is not None
             assert resumed.request_id == reply.request_id and resumed.observed
-            chunks = await collect(resumed)
+            try:
+                chunks = await collect(resumed, timeout=15)
+            except TimeoutError:
+                pytest.fail(f"no end: {watched.frames}")
             assert "".join(deltas(chunks)) == SLOW_TEXT
             assert resumed.outcome == "completed"
             async with asyncio.timeout(5):
