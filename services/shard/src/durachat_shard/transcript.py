@@ -9,11 +9,15 @@ rows, so nothing is lost and the visible transcript has no stale messages.
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from durachat.messages import reconcile_messages, resolve_tool_merge_id, sanitize_message
 from durachat.types import UIMessage
 from durachat_infra.store import FencedTransaction, Store
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -62,6 +66,11 @@ class Transcript:
                 return i
         return None
 
+    async def reload(self) -> None:
+        """Re-read the path from SQL (after a failed write left the cache unsure)."""
+        stored = await self._store.load_path(self._conversation_id, self._branch)
+        self._nodes = [_Node(m.pk, m.message, _encode(m.message)) for m in stored]
+
     async def persist(self, incoming: list[UIMessage], *, truncate: bool) -> list[UIMessage]:
         """Reconcile and store a client's transcript; returns the reconciled incoming list.
 
@@ -80,6 +89,16 @@ class Transcript:
                 message = {**message, "id": message_id}
             resolved.append(message)
 
+        try:
+            await self._persist(resolved, server_by_id, truncate=truncate)
+        except Exception:
+            await _quietly(self.reload())
+            raise
+        return merged
+
+    async def _persist(
+        self, resolved: list[UIMessage], server_by_id: dict[object, UIMessage], *, truncate: bool
+    ) -> None:
         common = 0
         while (
             common < len(resolved)
@@ -87,10 +106,11 @@ class Transcript:
             and resolved[common].get("id") == self._nodes[common].message.get("id")
         ):
             common += 1
-
         async with self._store.transaction(self._conversation_id, self._epoch) as tx:
             # Bodies of messages the lists agree on.
             for i in range(common):
+                if _is_stale_placeholder(resolved[i], self._nodes[i].message):
+                    continue
                 await self._update(tx, i, resolved[i])
             rest = resolved[common:]
             if truncate and common < len(self._nodes) and (
@@ -107,16 +127,22 @@ class Transcript:
                     index = self.index_of(str(message.get("id")))
                     if index is None:
                         fresh.append(message)
-                    else:
+                    elif not _is_stale_placeholder(message, self._nodes[index].message):
                         await self._update(tx, index, message)
                 if fresh:
                     await self._insert(tx, self.leaf_pk, fresh)
                     await tx.set_leaf(self._branch, self.leaf_pk)
-        return merged
 
     async def put_reply(self, message: UIMessage, *, anchor: str | None) -> None:
         """Store an assistant reply: update it in place if it is on the path already, else
         insert it right after `anchor` (the message it answers), splicing it into the path."""
+        try:
+            await self._put_reply(message, anchor=anchor)
+        except Exception:
+            await _quietly(self.reload())
+            raise
+
+    async def _put_reply(self, message: UIMessage, *, anchor: str | None) -> None:
         async with self._store.transaction(self._conversation_id, self._epoch) as tx:
             index = self.index_of(str(message["id"]))
             if index is not None:
@@ -154,3 +180,20 @@ class Transcript:
         pks = await tx.insert_chain(parent, stored)
         for pk, message in zip(pks, stored, strict=True):
             self._nodes.append(_Node(pk, message, _encode(message)))
+
+
+async def _quietly(step: Awaitable[None]) -> None:
+    try:
+        await step
+    except Exception:
+        log.warning("could not reload the transcript", exc_info=True)
+
+
+def _is_stale_placeholder(incoming: UIMessage, stored: UIMessage) -> bool:
+    """A client's still-empty copy of an assistant reply the server has already filled in
+    (a send made while that reply streamed). It must not wipe the stored reply."""
+    return (
+        incoming.get("role") == "assistant"
+        and not incoming.get("parts")
+        and bool(stored.get("parts"))
+    )
