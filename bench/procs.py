@@ -127,7 +127,9 @@ def spawn(args: list[str], *, env: dict[str, str], log: Path) -> subprocess.Pope
     log.parent.mkdir(parents=True, exist_ok=True)
     out = open(log, "ab")  # noqa: SIM115 - handed to the child
     try:
-        return subprocess.Popen([sys.executable, *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, *args], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     finally:
         out.close()
 
@@ -165,5 +167,5 @@ class Cleanup:
             name, callback = self._callbacks.pop()
             try:
                 callback()
-            except BaseException as exc:  # noqa: BLE001 - cleanup must go on
+            except BaseException as exc:
                 print(f"bench: cleanup of {name} failed: {exc!r}", file=sys.stderr)

@@ -12,9 +12,9 @@ from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from durachat_infra.local.cluster import LocalCluster  # noqa: E402
-from durachat_infra.local.redis_server import RedisServer  # noqa: E402
-from support.cluster import running_cluster  # noqa: E402
+from durachat_infra.local.cluster import LocalCluster
+from durachat_infra.local.redis_server import RedisServer
+from support.cluster import running_cluster
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,6 @@ import asyncio
 import json
 import shutil
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest

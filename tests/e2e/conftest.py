@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
-
-from durachat_infra.local.cluster import LocalCluster
-from support.cluster import running_cluster
 
 pytestmark = pytest.mark.e2e
 

@@ -95,9 +95,7 @@ async def test_dropped_socket_resumes_exactly_once(
     a = await WsClient.connect(cluster.urls[0], AGENT, conversation)
     request = chat_request([user_message("please be slow")])
     await a.send(request)
-    await a.wait_for(
-        lambda f: f.get("id") == request["id"] and f.get("seq") == 5, timeout=20
-    )
+    await a.wait_for(lambda f: f.get("id") == request["id"] and f.get("seq") == 5, timeout=20)
     seen_before = [f for f in a.frames if f.get("id") == request["id"]]
     await a.close()
     # Same _pk, through the other gateway.
@@ -197,8 +195,11 @@ async def test_identical_replies_never_merge(cluster: LocalCluster, conversation
     r1 = chat_request([u1])
     await a.send(r1)
     await a.wait_done(r1["id"])
-    a1 = {"id": a.chunks(r1["id"])[0]["messageId"], "role": "assistant",
-          "parts": [{"type": "step-start"}, {"type": "text", "text": "Sure", "state": "done"}]}
+    a1 = {
+        "id": a.chunks(r1["id"])[0]["messageId"],
+        "role": "assistant",
+        "parts": [{"type": "step-start"}, {"type": "text", "text": "Sure", "state": "done"}],
+    }
     u2 = user_message("sure")
     r2 = chat_request([u1, a1, u2])
     await a.send(r2)
@@ -249,10 +250,14 @@ async def test_malformed_frames_get_errors_and_the_socket_stays_usable(
     await a.send("not json at all")
     await a.send(json.dumps({"type": 42}))
     await a.send(json.dumps({"type": "something_else"}))
-    bad = {"id": "bad1", "init": {"method": "POST", "body": "{oops"}, "type": "cf_agent_use_chat_request"}
+    bad = {
+        "id": "bad1",
+        "init": {"method": "POST", "body": "{oops"},
+        "type": "cf_agent_use_chat_request",
+    }
     await a.send(json.dumps(bad))
     errors = [
-        await a.wait_for(lambda f: f.get("code") == code)
+        await a.wait_for(lambda f, code=code: f.get("code") == code)  # type: ignore[misc]
         for code in ("invalid_json", "invalid_frame", "unknown_frame")
     ]
     assert all(e["type"] == "durachat_error" for e in errors)
@@ -280,5 +285,7 @@ async def test_http_answers_like_the_reference(cluster: LocalCluster, conversati
         assert len(cluster_view["shards"]) == 2
         pids = {p.pid for p in cluster.processes if p.role == "shard"}
         assert {s["pid"] for s in cluster_view["shards"]} == pids
-        owner = (await http.get("/v1/cluster/owner", params={"agent": AGENT, "name": conversation})).json()
+        owner = (
+            await http.get("/v1/cluster/owner", params={"agent": AGENT, "name": conversation})
+        ).json()
         assert owner["pid"] in pids

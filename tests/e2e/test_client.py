@@ -99,7 +99,9 @@ async def test_send_streams_and_matches_history(cluster: LocalCluster, conversat
         assert await other.history() == history
 
 
-async def test_regenerate_replaces_the_last_answer(cluster: LocalCluster, conversation: str) -> None:
+async def test_regenerate_replaces_the_last_answer(
+    cluster: LocalCluster, conversation: str
+) -> None:
     async with ChatClient.connect(cluster.urls[0], AGENT, conversation) as client:
         first = await client.send("regen me")
         async with asyncio.timeout(10):
@@ -203,9 +205,7 @@ async def test_dropped_socket_reconnects_and_resumes_exactly_once(
     cluster: LocalCluster, conversation: str
 ) -> None:
     watched = Frames()
-    async with ChatClient.connect(
-        cluster.urls[0], AGENT, conversation, on_frame=watched
-    ) as client:
+    async with ChatClient.connect(cluster.urls[0], AGENT, conversation, on_frame=watched) as client:
         first_socket = client.websocket
         assert first_socket is not None
         reply = await client.send("please be slow")
@@ -284,7 +284,9 @@ async def test_a_second_client_observes_the_turn(cluster: LocalCluster, conversa
         assert [m["id"] for m in other.messages] == [m["id"] for m in history]
 
 
-async def run_cli(*args: str, stdin: str | None = None, timeout: float = 30.0) -> tuple[int, str, str]:
+async def run_cli(
+    *args: str, stdin: str | None = None, timeout: float = 30.0
+) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         str(DURACHAT),
         *args,
@@ -324,10 +326,7 @@ async def test_cli_interactive(cluster: LocalCluster, conversation: str) -> None
     )
     assert code == 0, err
     assert out == (
-        "you> echo: hello\n"
-        "you> echo: hello\n"
-        "you> you: hello\nassistant: echo: hello\n"
-        "you> you> \n"
+        "you> echo: hello\nyou> echo: hello\nyou> you: hello\nassistant: echo: hello\nyou> you> \n"
     )
     assert err == "(conversation cleared)\n"
     assert await fetch_history(url, AGENT, conversation) == []

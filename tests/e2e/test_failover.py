@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -113,4 +114,5 @@ async def test_a_stalled_former_owner_cannot_write(cluster: LocalCluster) -> Non
 
 
 async def _contains(path: Path, needle: str) -> bool:
-    return needle in path.read_text(errors="replace").lower()
+    text = await asyncio.to_thread(path.read_text, errors="replace")
+    return needle in text.lower()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import time
@@ -26,7 +27,11 @@ def user_message(text: str, message_id: str | None = None) -> Frame:
 
 
 def chat_request(
-    messages: list[Frame], *, trigger: str = "submit-message", request_id: str | None = None, **extra: Any
+    messages: list[Frame],
+    *,
+    trigger: str = "submit-message",
+    request_id: str | None = None,
+    **extra: Any,
 ) -> Frame:
     """A `cf_agent_use_chat_request` frame."""
     body = {"messages": messages, "trigger": trigger, **extra}
@@ -91,17 +96,17 @@ class WsClient:
             if remaining <= 0:
                 raise AssertionError(f"no matching frame within {timeout}s; got {self.frames[-5:]}")
             self._new.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._new.wait(), remaining)
-            except TimeoutError:
-                pass
 
     async def wait_done(self, request_id: str, *, timeout: float = 20.0, after: int = 0) -> Frame:
         """The terminal frame of a request."""
         return await self.wait_for(
-            lambda f: f.get("type") == "cf_agent_use_chat_response"
-            and f.get("id") == request_id
-            and f.get("done") is True,
+            lambda f: (
+                f.get("type") == "cf_agent_use_chat_response"
+                and f.get("id") == request_id
+                and f.get("done") is True
+            ),
             timeout=timeout,
             after=after,
         )

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from redis.asyncio import Redis
 
-import pytest
-
-from durachat_infra.eventlog import Kind, LogEntry, LogFencedError, LogReader, LogWriter, entry_id_key
+from durachat_infra.eventlog import (
+    Kind,
+    LogEntry,
+    LogFencedError,
+    LogReader,
+    LogWriter,
+    entry_id_key,
+)
 from durachat_infra.keys import ConversationKeys
 from support.waiting import eventually
 

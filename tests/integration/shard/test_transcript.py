@@ -40,7 +40,10 @@ async def test_append_and_reply(store: Store) -> None:
     t = await _transcript(store)
     await t.persist([msg("u1", "user", "hi")], truncate=True)
     await t.put_reply(msg("a1", "assistant", "hello"), anchor="u1")
-    await t.persist([msg("u1", "user", "hi"), msg("a1", "assistant", "hello"), msg("u2", "user", "more")], truncate=True)
+    await t.persist(
+        [msg("u1", "user", "hi"), msg("a1", "assistant", "hello"), msg("u2", "user", "more")],
+        truncate=True,
+    )
     assert await _reloaded(store) == ["u1", "a1", "u2"]
 
 
@@ -58,9 +61,15 @@ async def test_edit_with_a_new_id_forks_at_the_parent(store: Store) -> None:
     t = await _transcript(store)
     await t.persist([msg("u1", "user", "one")], truncate=True)
     await t.put_reply(msg("a1", "assistant", "r1"), anchor="u1")
-    await t.persist([msg("u1", "user", "one"), msg("a1", "assistant", "r1"), msg("u2", "user", "two")], truncate=True)
+    await t.persist(
+        [msg("u1", "user", "one"), msg("a1", "assistant", "r1"), msg("u2", "user", "two")],
+        truncate=True,
+    )
     await t.put_reply(msg("a2", "assistant", "r2"), anchor="u2")
-    await t.persist([msg("u1", "user", "one"), msg("a1", "assistant", "r1"), msg("u2b", "user", "TWO")], truncate=True)
+    await t.persist(
+        [msg("u1", "user", "one"), msg("a1", "assistant", "r1"), msg("u2b", "user", "TWO")],
+        truncate=True,
+    )
     assert await _reloaded(store) == ["u1", "a1", "u2b"]
 
 
@@ -90,7 +99,9 @@ async def test_an_empty_placeholder_never_wipes_a_stored_reply(store: Store) -> 
     await t.persist([msg("u1", "user", "one")], truncate=True)
     await t.put_reply(msg("a1", "assistant", "full reply"), anchor="u1")
     placeholder = {"id": "a1", "role": "assistant", "parts": []}
-    await t.persist([msg("u1", "user", "one"), placeholder, msg("u2", "user", "two")], truncate=True)
+    await t.persist(
+        [msg("u1", "user", "one"), placeholder, msg("u2", "user", "two")], truncate=True
+    )
     reloaded = await _transcript(store)
     assert reloaded.messages[1]["parts"] == [{"type": "text", "text": "full reply"}]
 

@@ -113,8 +113,8 @@ class AgentRegistry:
     def load(self, import_paths: Iterable[str]) -> None:
         """Import agents: `package.module` registers every Agent subclass it defines,
         `package.module:Class` registers one."""
-        for path in import_paths:
-            path = path.strip()
+        for raw in import_paths:
+            path = raw.strip()
             if not path:
                 continue
             module_name, _, attr = path.partition(":")

@@ -18,7 +18,10 @@ def main() -> None:
     )
     from durachat_gateway.app import build_app
 
-    print(f"gateway {settings.gateway_id} listening on http://{settings.host}:{settings.port}", flush=True)
+    print(
+        f"gateway {settings.gateway_id} listening on http://{settings.host}:{settings.port}",
+        flush=True,
+    )
     uvicorn.run(
         build_app(settings),
         host=settings.host,

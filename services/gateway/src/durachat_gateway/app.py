@@ -17,15 +17,14 @@ from redis.asyncio import Redis
 from starlette.websockets import WebSocketDisconnect
 
 from durachat.protocol import MessageType
+from durachat_gateway.channels import Channel, Channels
+from durachat_gateway.connection import ClientConnection
+from durachat_gateway.forwarder import Forwarder, ForwardError
 from durachat_infra.cluster import ClusterView
 from durachat_infra.eventlog import LogReader
 from durachat_infra.keys import ClusterKeys, conversation_tag
 from durachat_infra.settings import GatewaySettings
 from durachat_infra.store import ConversationKey, DatabaseUnavailableError, Store
-
-from durachat_gateway.channels import Channel, Channels
-from durachat_gateway.connection import ClientConnection
-from durachat_gateway.forwarder import ForwardError, Forwarder
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +183,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
                     "type": MessageType.MCP_SERVERS.value,
                 }
             )
-            await _serve(r, websocket, conn, channel, key, tag)
+            await _serve(r, websocket, conn=conn, channel=channel, key=key, tag=tag)
         except WebSocketDisconnect:
             pass
         finally:
@@ -211,6 +210,7 @@ def _error(conn: ClientConnection, code: str, message: str) -> None:
 async def _serve(
     r: Runtime,
     websocket: WebSocket,
+    *,
     conn: ClientConnection,
     channel: Channel,
     key: ConversationKey,

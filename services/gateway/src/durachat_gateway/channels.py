@@ -12,6 +12,7 @@ import asyncio
 import logging
 
 from durachat.protocol import MessageType
+from durachat_gateway.connection import ClientConnection
 from durachat_infra.eventlog import (
     Kind,
     LogEntry,
@@ -22,8 +23,6 @@ from durachat_infra.eventlog import (
     with_replay_flag,
 )
 from durachat_infra.keys import ConversationKeys
-
-from durachat_gateway.connection import ClientConnection
 
 log = logging.getLogger(__name__)
 
@@ -99,18 +98,26 @@ class Channel:
         state = self.state
         if state.status == "streaming":
             conn.pending_resume = state.request
-            conn.send_json({"type": MessageType.STREAM_RESUMING.value, "id": state.request, **probe})
+            conn.send_json(
+                {"type": MessageType.STREAM_RESUMING.value, "id": state.request, **probe}
+            )
         elif state.status == "pending":
             conn.parked = state.request
             conn.send_json({"type": MessageType.STREAM_PENDING.value, "id": state.request, **probe})
         else:
-            conn.send_json({"type": MessageType.STREAM_RESUME_NONE.value, "reason": "idle", **probe})
+            conn.send_json(
+                {"type": MessageType.STREAM_RESUME_NONE.value, "reason": "idle", **probe}
+            )
 
     async def resume_ack(self, conn: ClientConnection, request_id: str) -> None:
         """Answer `cf_agent_stream_resume_ack`: replay the stream, then go live."""
         conn.pending_resume = None
         state = self.state
-        if state.request != request_id or state.status not in ("streaming", "done") or not state.start:
+        if (
+            state.request != request_id
+            or state.status not in ("streaming", "done")
+            or not state.start
+        ):
             conn.send_json(
                 {"body": "", "done": True, "id": request_id, "type": RESPONSE, "replay": True}
             )
@@ -135,7 +142,14 @@ class Channel:
         tail = {"continuation": True} if state.continuation else {}
         if ended:
             conn.send_json(
-                {"body": "", "done": True, "id": request_id, "type": RESPONSE, "replay": True, **tail}
+                {
+                    "body": "",
+                    "done": True,
+                    "id": request_id,
+                    "type": RESPONSE,
+                    "replay": True,
+                    **tail,
+                }
             )
         else:
             conn.send_json(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
@@ -66,18 +67,14 @@ class ClientConnection:
                 self._queue.put_nowait(None)
             except asyncio.QueueFull:
                 self._writer.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._writer
-            except asyncio.CancelledError:
-                pass
 
     async def _close(self, code: int) -> None:
         if self._writer is not None:
             self._writer.cancel()
-        try:
+        with contextlib.suppress(RuntimeError):
             await self.websocket.close(code)
-        except RuntimeError:
-            pass
 
     async def _write_loop(self) -> None:
         queue = self._queue

@@ -11,7 +11,6 @@ from redis.asyncio import Redis
 from durachat_infra.jobs.arq_adapter import JOB_DESERIALIZER, JOB_SERIALIZER, arq_redis_settings
 from durachat_infra.keys import ClusterKeys
 from durachat_infra.settings import ClusterTiming, JobsSettings
-
 from durachat_jobs.tasks import sweep_membership
 
 

@@ -8,6 +8,7 @@ it streams; turns themselves run strictly one after another.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -18,8 +19,7 @@ from durachat.messages import ReplyAssembler, new_assistant_id
 from durachat.models import ModelError
 from durachat.protocol import MessageType
 from durachat.types import JSONDict, UIChunk
-from durachat_infra.store import FencedError, Store
-
+from durachat_infra.store import FencedError, Store, TurnStatus
 from durachat_shard.emitter import Emitter
 from durachat_shard.requests import ChatRequest, FrameError, parse_chat_request, parse_messages
 from durachat_shard.transcript import Transcript
@@ -87,10 +87,8 @@ class ConversationActor:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            except (asyncio.CancelledError, Exception):
-                pass
 
     @property
     def busy(self) -> bool:
@@ -121,7 +119,9 @@ class ConversationActor:
             except FrameError as exc:
                 self._reject(item.connection_id, item.frame, exc)
             except FencedError:
-                log.warning("conversation %s: write fenced off, stepping down", self.conversation_id)
+                log.warning(
+                    "conversation %s: write fenced off, stepping down", self.conversation_id
+                )
                 self._fenced = True
                 return
             except Exception:
@@ -245,7 +245,7 @@ class ConversationActor:
             {"id": new_assistant_id(), "role": "assistant", "parts": []}, continuation=False
         )
         self.emit.stream_start(request.request_id, continuation=False)
-        outcome = "completed"
+        outcome: TurnStatus = "completed"
         error_text: str | None = None
         stream: AsyncIterator[UIChunk] = self.agent.on_chat_message(turn)
 

@@ -10,7 +10,6 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from durachat_infra.store import ConversationKey, DatabaseUnavailableError
-
 from durachat_shard.hosting import Conversations, NotOwnerError, UnknownAgentError
 
 log = logging.getLogger(__name__)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -12,7 +13,6 @@ from durachat_infra.cluster import ClusterView, LeaseHeldError, Leases
 from durachat_infra.eventlog import LogWriter
 from durachat_infra.keys import ConversationKeys, conversation_tag
 from durachat_infra.store import ConversationKey, FencedError, Store
-
 from durachat_shard.actor import ConversationActor
 from durachat_shard.emitter import Emitter
 from durachat_shard.transcript import Transcript
@@ -88,10 +88,8 @@ class Conversations:
         self._draining = True
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
         for key in list(self._held):
             await self._release(key)
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import socket
 import time
+from collections.abc import Iterator
 
 import uvicorn
 from redis.asyncio import Redis
@@ -18,11 +20,18 @@ from durachat_infra.eventlog import LogWriter
 from durachat_infra.keys import ClusterKeys
 from durachat_infra.settings import ShardSettings
 from durachat_infra.store import Store, migrate
-
 from durachat_shard.api import build_api
 from durachat_shard.hosting import Conversations
 
 log = logging.getLogger(__name__)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handling: the shard decides when and how to shut down."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 async def serve(settings: ShardSettings) -> None:
@@ -69,7 +78,7 @@ async def serve(settings: ShardSettings) -> None:
         access_log=False,
         lifespan="off",
     )
-    server = uvicorn.Server(config)
+    server = _Server(config)
     registration = ShardRegistration(
         redis,
         cluster_keys,
@@ -89,14 +98,14 @@ async def serve(settings: ShardSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    # uvicorn installs its own handlers inside serve(); ours decide when to shut down.
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
 
     await registration.start()
     await view.start()
     await conversations.start()
     serving = asyncio.create_task(server.serve(sockets=[sock]))
-    log.info("shard %s serving on %s:%s (agents: %s)", settings.shard_id, host, port, agents.names())
+    log.info(
+        "shard %s serving on %s:%s (agents: %s)", settings.shard_id, host, port, agents.names()
+    )
     print(f"shard {settings.shard_id} ready on {host}:{port}", flush=True)
     try:
         await stop.wait()

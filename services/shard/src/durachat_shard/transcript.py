@@ -85,9 +85,9 @@ class Transcript:
         resolved: list[UIMessage] = []
         for message in merged:
             message_id = resolve_tool_merge_id(message, server)
-            if message_id != message.get("id"):
-                message = {**message, "id": message_id}
-            resolved.append(message)
+            resolved.append(
+                message if message_id == message.get("id") else {**message, "id": message_id}
+            )
 
         try:
             await self._persist(resolved, server_by_id, truncate=truncate)
@@ -113,8 +113,10 @@ class Transcript:
                     continue
                 await self._update(tx, i, resolved[i])
             rest = resolved[common:]
-            if truncate and common < len(self._nodes) and (
-                not rest or all(m.get("id") not in server_by_id for m in rest)
+            if (
+                truncate
+                and common < len(self._nodes)
+                and (not rest or all(m.get("id") not in server_by_id for m in rest))
             ):
                 del self._nodes[common:]
                 parent = self.leaf_pk
@@ -175,7 +177,9 @@ class Transcript:
         await tx.update_message(node.pk, stored)
         node.message, node.encoded = stored, encoded
 
-    async def _insert(self, tx: FencedTransaction, parent: int | None, messages: list[UIMessage]) -> None:
+    async def _insert(
+        self, tx: FencedTransaction, parent: int | None, messages: list[UIMessage]
+    ) -> None:
         stored = [sanitize_message(m) for m in messages]
         pks = await tx.insert_chain(parent, stored)
         for pk, message in zip(pks, stored, strict=True):

@@ -74,13 +74,17 @@ class Leases:
         A holder whose membership record has expired is dead, and its lease is taken over at
         once: the new epoch fences out anything it might still try to write.
         """
-        result = await self._acquire(keys=[keys.lease, keys.epoch], args=[self._shard_id, self._ttl_ms, "0"])
+        result = await self._acquire(
+            keys=[keys.lease, keys.epoch], args=[self._shard_id, self._ttl_ms, "0"]
+        )
         if int(result[0]) >= 0:
             return LeaseGrant(epoch=int(result[0]), fresh=bool(int(result[1])))
         holder = str(result[1])
         if await self._redis.exists(self._cluster.shard(holder)):
             raise LeaseHeldError(holder)
-        result = await self._acquire(keys=[keys.lease, keys.epoch], args=[self._shard_id, self._ttl_ms, "1"])
+        result = await self._acquire(
+            keys=[keys.lease, keys.epoch], args=[self._shard_id, self._ttl_ms, "1"]
+        )
         return LeaseGrant(epoch=int(result[0]), fresh=bool(int(result[1])))
 
     async def renew(self, keys: ConversationKeys) -> bool:

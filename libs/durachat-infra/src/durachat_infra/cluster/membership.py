@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -77,10 +78,8 @@ class ShardRegistration:
         """Stop heartbeating and deregister at once."""
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
         try:
             pipe = self._redis.pipeline(transaction=True)
             pipe.delete(self._keys.shard(self._info.id))
@@ -142,10 +141,8 @@ class ClusterView:
         """Stop refreshing."""
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
 
     async def refresh(self) -> dict[str, ShardInfo]:
         """Re-read the live shards from Redis."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -49,10 +50,8 @@ class LogReader:
         """Stop following everything."""
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
         await self._redis.delete(self._wake_key)
 
     async def snapshot(self, keys: ConversationKeys) -> tuple[StreamState, str]:
@@ -96,7 +95,7 @@ class LogReader:
     async def _loop(self) -> None:
         delay = 0.05
         while True:
-            streams: dict[str, str] = {self._wake_key: self._wake_id}
+            streams: dict[Any, Any] = {self._wake_key: self._wake_id}
             for key, (after, _) in self._follows.items():
                 streams[key] = after
             try:

@@ -136,6 +136,7 @@ class LogWriter:
                 if isinstance(result, Exception):
                     log.error("event log write failed for %s: %s", keys.tag, result)
                     continue
+                assert isinstance(result, list)
                 for item, entry_id in zip(items, result, strict=True):
                     if item.done is not None and not item.done.done():
                         item.done.set_result(str(entry_id))

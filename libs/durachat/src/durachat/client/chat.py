@@ -13,6 +13,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 from typing import Any, Final, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -222,6 +223,9 @@ class ChatClient:
         self._replies: dict[str, Reply] = {}
         self._recent: deque[str] = deque(maxlen=_RECENT_REPLIES)
         self._acked: dict[str, Reply] = {}
+        self._sends = 0
+        self._ack_at: dict[str, int] = {}
+        self._probe_sent: dict[str, int] = {}
         self._offered: Reply | None = None
         self._probes: dict[str, _Probe] = {}
         self._resume_lock = asyncio.Lock()
@@ -462,7 +466,8 @@ class ChatClient:
             self._last_op = probe
             try:
                 await self._send(
-                    {"type": MessageType.STREAM_RESUME_REQUEST.value, "probeId": probe.probe_id}
+                    {"type": MessageType.STREAM_RESUME_REQUEST.value, "probeId": probe.probe_id},
+                    stamp=partial(self._probe_sent.__setitem__, probe.probe_id),
                 )
                 wait = answer_timeout
                 while True:
@@ -531,7 +536,11 @@ class ChatClient:
             raise
         return reply
 
-    async def _send(self, frame: JSONDict) -> None:
+    async def _send(self, frame: JSONDict, *, stamp: Callable[[int], object] | None = None) -> None:
+        """Send on the current socket, waiting through a reconnect.
+
+        `stamp` gets the frame's position among the frames sent on the socket it goes out on.
+        """
         text = json.dumps(frame)
         while True:
             if self._closed is not None:
@@ -541,6 +550,9 @@ class ChatClient:
             ws = self._ws
             if ws is not None and self._connected.is_set():
                 try:
+                    position = self._position(ws)
+                    if stamp is not None:
+                        stamp(position)
                     await ws.send(text)
                     return
                 except websockets.ConnectionClosed:
@@ -548,10 +560,23 @@ class ChatClient:
                         self._connected.clear()
             await self._connected.wait()
 
-    async def _send_on(self, ws: ClientConnection, frame: JSONDict) -> None:
+    async def _send_on(
+        self, ws: ClientConnection, frame: JSONDict, *, stamp: Callable[[int], object] | None = None
+    ) -> None:
         # From the reader: a frame that only makes sense on this socket.
+        position = self._position(ws)
+        if stamp is not None:
+            stamp(position)
         with contextlib.suppress(websockets.ConnectionClosed):
             await ws.send(json.dumps(frame))
+
+    def _position(self, ws: ClientConnection) -> int:
+        # The server handles a socket's frames in order, so positions order our frames as the
+        # server saw them (numbered before the send: the answer may arrive before it returns).
+        if ws is not self._ws:
+            return -1
+        self._sends += 1
+        return self._sends
 
     # The socket
 
@@ -578,6 +603,9 @@ class ChatClient:
     def _use(self, ws: ClientConnection) -> None:
         self._ws = ws
         self._acked = {}
+        self._sends = 0
+        self._ack_at = {}
+        self._probe_sent = {}
         self._offered = None
         self._connected.set()
 
@@ -651,7 +679,8 @@ class ChatClient:
                 straggler._begin_replay(recovering=True)
                 self._acked[straggler.request_id] = straggler
                 await self._send(
-                    {"type": MessageType.STREAM_RESUME_ACK.value, "id": straggler.request_id}
+                    {"type": MessageType.STREAM_RESUME_ACK.value, "id": straggler.request_id},
+                    stamp=partial(self._ack_at.__setitem__, straggler.request_id),
                 )
         except ClientError as exc:
             log.info("chat %s: recovery stopped: %s", self.name, exc)
@@ -749,15 +778,28 @@ class ChatClient:
         if not isinstance(request_id, str):
             return
         probe_id = frame.get("probeId")
+        # Every `resuming` holds this socket's live frames back until an ACK the server handles
+        # after sending it; every ACK replays the whole stream. So ACK unless an earlier ACK
+        # already followed what prompted this offer: the connect, or the probe it answers.
+        if probe_id is None:
+            prompted_at = 0
+        elif isinstance(probe_id, str) and probe_id in self._probe_sent:
+            prompted_at = self._probe_sent[probe_id]
+        else:
+            prompted_at = self._sends + 1
         reply = self._acked.get(request_id)
-        if reply is None:
-            # Each ACK makes the server replay the whole stream: one per socket and request.
-            reply = self._replies.get(request_id) or self._observe(request_id)
+        acked_at = self._ack_at.get(request_id)
+        if reply is None or acked_at is None or acked_at < prompted_at:
+            reply = reply or self._replies.get(request_id) or self._observe(request_id)
             reply._begin_replay()
             self._acked[request_id] = reply
             if probe_id is None:
                 self._offered = reply
-            await self._send_on(ws, {"type": MessageType.STREAM_RESUME_ACK.value, "id": request_id})
+            await self._send_on(
+                ws,
+                {"type": MessageType.STREAM_RESUME_ACK.value, "id": request_id},
+                stamp=partial(self._ack_at.__setitem__, request_id),
+            )
         self._answer_probes(frame, _ProbeAnswer("resuming", reply=reply))
 
     def _answer_probes(self, frame: JSONDict, answer: _ProbeAnswer) -> None:
