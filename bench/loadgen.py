@@ -251,6 +251,11 @@ class Worker:
         self.pipe = pipe
         self.barrier = barrier
 
+    def mark(self, label: str) -> None:
+        """Tell the parent a point in the run was reached (worker 0 speaks for all)."""
+        if self.index == 0:
+            self.pipe.send(("mark", label))
+
     async def sync(self, command: Command) -> None:
         """Wait for the other workers taking part in `command`."""
         if command.get("sync"):
@@ -287,7 +292,8 @@ class Worker:
             )
             await self.sync(command)
         rounds = command["rounds"]
-        start = time.time_ns()
+        self.mark("measure-start")
+        start = end = time.time_ns()
         if command["chain"]:
 
             async def chain(i: int, conv: Conversation) -> list[dict[str, Any]]:
@@ -295,13 +301,16 @@ class Worker:
 
             for out in await asyncio.gather(*(chain(i, c) for i, c in enumerate(convs))):
                 requests += out
+            end = time.time_ns()
+            await self.sync(command)
         else:
             for r in range(rounds):
                 requests += await asyncio.gather(
                     *(c.send(r, prompt(words, i + 7 * r), timeout) for i, c in enumerate(convs))
                 )
+                end = time.time_ns()
                 await self.sync(command)
-        end = time.time_ns()
+        self.mark("measure-end")
         await asyncio.gather(*(c.close() for c in convs), return_exceptions=True)
         return {
             "connect": connects,
@@ -412,22 +421,37 @@ class ClientPool:
         """Process ids of the workers."""
         return [p.pid for p in self.processes if p.pid is not None]
 
-    def _receive(self, index: int, timeout: float) -> tuple[str, Any]:
+    def _receive(
+        self, index: int, deadline: float, on_mark: Callable[[str], None] | None = None
+    ) -> tuple[str, Any]:
         pipe = self.pipes[index]
-        if not pipe.poll(timeout):
-            raise WorkerError(f"load generator {index} did not answer within {timeout:.0f}s")
-        message: tuple[str, Any] = pipe.recv()
-        if message[0] == "error":
-            raise WorkerError(f"load generator {index} failed:\n{message[1]}")
-        return message
+        while True:
+            timeout = max(deadline - time.monotonic(), 0.1)
+            if not pipe.poll(timeout):
+                self.barrier.abort()
+                raise WorkerError(f"load generator {index} did not answer in time")
+            message: tuple[str, Any] = pipe.recv()
+            if message[0] == "mark":
+                if on_mark is not None:
+                    on_mark(message[1])
+                continue
+            if message[0] == "error":
+                self.barrier.abort()
+                raise WorkerError(f"load generator {index} failed:\n{message[1]}")
+            return message
 
-    def run(self, commands: list[Command | None], timeout: float) -> list[dict[str, Any]]:
+    def run(
+        self,
+        commands: list[Command | None],
+        timeout: float,
+        on_mark: Callable[[str], None] | None = None,
+    ) -> list[dict[str, Any]]:
         """Run one command per worker (None: that worker sits out) and collect the results."""
         active = [i for i, c in enumerate(commands) if c is not None]
         for i in active:
             self.pipes[i].send(commands[i])
         deadline = time.monotonic() + timeout
-        return [self._receive(i, max(deadline - time.monotonic(), 0.1))[1] for i in active]
+        return [self._receive(i, deadline, on_mark)[1] for i in active]
 
     def run_idle(
         self, commands: list[Command], hold: Callable[[list[dict[str, Any]]], None], timeout: float
@@ -436,13 +460,13 @@ class ClientPool:
         for pipe, command in zip(self.pipes, commands, strict=True):
             pipe.send(command)
         deadline = time.monotonic() + timeout
-        ready = [self._receive(i, max(deadline - time.monotonic(), 0.1))[1] for i in range(self.size)]
+        ready = [self._receive(i, deadline)[1] for i in range(self.size)]
         try:
             hold(ready)
         finally:
             for pipe in self.pipes:
                 pipe.send("release")
-        return [self._receive(i, max(deadline - time.monotonic(), 0.1))[1] for i in range(self.size)]
+        return [self._receive(i, deadline)[1] for i in range(self.size)]
 
     def close(self) -> None:
         """Stop the workers."""

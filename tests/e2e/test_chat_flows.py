@@ -289,3 +289,20 @@ async def test_http_answers_like_the_reference(cluster: LocalCluster, conversati
             await http.get("/v1/cluster/owner", params={"agent": AGENT, "name": conversation})
         ).json()
         assert owner["pid"] in pids
+
+
+async def test_a_repeated_request_id_runs_once(cluster: LocalCluster, conversation: str) -> None:
+    a = await WsClient.connect(cluster.urls[0], AGENT, conversation)
+    request = chat_request([user_message("only once")])
+    await a.send(request)
+    await a.wait_done(request["id"])
+    mark = len(a.frames)
+    # A retried frame (same request id) is acknowledged but never runs a second turn.
+    await a.send(request)
+    follow_up = chat_request([user_message("next")])
+    await a.send(follow_up)
+    await a.wait_done(follow_up["id"])
+    assert [f for f in a.frames[mark:] if f.get("id") == request["id"]] == []
+    history = await get_messages(cluster.urls[0], AGENT, conversation)
+    assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]
+    await a.close()

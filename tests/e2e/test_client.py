@@ -197,6 +197,9 @@ async def test_server_error_frames_reach_the_operation(
         async with asyncio.timeout(10):
             assert await reply.wait() == "error"
         assert reply.error is not None
+        assert reply.error.message == "the request body needs a `messages` array"
+        # The coded error frame follows the request's terminal frame.
+        await watched.wait_for(lambda f: f.get("type") == "durachat_error")
         assert reply.error.code == "invalid_messages", watched.frames
         assert [e.code for e in client.errors] == ["invalid_messages"]
 
@@ -227,6 +230,26 @@ async def test_dropped_socket_reconnects_and_resumes_exactly_once(
         history = await fetch_history(cluster.urls[0], AGENT, conversation)
         assert history[-1]["parts"][-1]["text"] == SLOW_TEXT
         assert [m["id"] for m in history] == [m["id"] for m in client.messages]
+
+
+async def test_a_reply_that_ends_while_disconnected_still_completes(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    watched = Frames()
+    async with ChatClient.connect(cluster.urls[0], AGENT, conversation, on_frame=watched) as client:
+        socket = client.websocket
+        assert socket is not None
+        reply = await client.send("quick one")
+        socket.transport.abort()
+        async with asyncio.timeout(20):
+            assert await reply.text() == "echo: quick one", watched.frames
+        assert reply.outcome == "completed"
+        assert "".join(deltas(reply.chunks)) == "echo: quick one"
+        history = await fetch_history(cluster.urls[0], AGENT, conversation)
+        assert [m["id"] for m in history] == [m["id"] for m in client.messages]
+        after = await client.send("sure")
+        async with asyncio.timeout(10):
+            assert await after.text() == "Sure"
 
 
 async def test_a_new_client_resumes_a_running_reply(

@@ -24,7 +24,12 @@ AGENT = "chat-agent"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[LocalCluster]:
-    with running_cluster(tmp_path_factory.mktemp("failover"), redis_url, shards=3) as running:
+    with running_cluster(
+        tmp_path_factory.mktemp("failover"),
+        redis_url,
+        shards=3,
+        env={"DURACHAT_IDLE_EVICT_AFTER": "1.0"},
+    ) as running:
         yield running
 
 
@@ -116,3 +121,51 @@ async def test_a_stalled_former_owner_cannot_write(cluster: LocalCluster) -> Non
 async def _contains(path: Path, needle: str) -> bool:
     text = await asyncio.to_thread(path.read_text, errors="replace")
     return needle in text.lower()
+
+
+async def _active(cluster: LocalCluster, pid: int) -> int:
+    async with httpx.AsyncClient(base_url=cluster.urls[0]) as http:
+        shards = (await http.get("/v1/cluster")).json()["shards"]
+    return int(next(s["active_conversations"] for s in shards if s["pid"] == pid))
+
+
+async def test_idle_conversations_are_evicted_and_reactivated_from_sql(
+    cluster: LocalCluster,
+) -> None:
+    name = f"evict-{time.time_ns()}"
+    client = await WsClient.connect(cluster.urls[0], AGENT, name)
+    u1 = user_message("remember me")
+    assert await _chat(client, [u1]) == "echo: remember me"
+    owner = await _owner(cluster, name)
+    history = await get_messages(cluster.urls[0], AGENT, name)
+    await eventually(lambda: _evicted(cluster, owner.pid), timeout=15)
+    u2 = user_message("still there?")
+    assert await _chat(client, [*history, u2]) == "echo: still there?"
+    after = await get_messages(cluster.urls[0], AGENT, name)
+    assert after[:2] == history and len(after) == 4
+    await client.close()
+
+
+async def _evicted(cluster: LocalCluster, pid: int) -> bool:
+    return await _active(cluster, pid) == 0
+
+
+async def test_a_shard_that_is_not_the_owner_redirects(cluster: LocalCluster) -> None:
+    name = f"redirect-{time.time_ns()}"
+    owner = await _owner(cluster, name)
+    async with httpx.AsyncClient(base_url=cluster.urls[0]) as http:
+        shards = (await http.get("/v1/cluster")).json()["shards"]
+    other = next(s for s in shards if s["pid"] != owner.pid)
+    frame = {
+        "tenant": "default",
+        "agent": AGENT,
+        "name": name,
+        "connection": "direct",
+        "frame": {"type": "cf_agent_chat_clear"},
+    }
+    async with httpx.AsyncClient() as http:
+        response = await http.post(f"http://{other['address']}/internal/v1/frames", json=frame)
+    assert response.status_code == 409
+    body = response.json()
+    assert body["code"] == "not_owner"
+    assert body["owner"] == next(s["id"] for s in shards if s["pid"] == owner.pid)

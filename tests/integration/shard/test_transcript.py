@@ -57,7 +57,7 @@ async def test_regenerate_moves_the_leaf_back_without_deleting(store: Store) -> 
     assert await _reloaded(store) == ["u1", "a2"]
 
 
-async def test_edit_with_a_new_id_forks_at_the_parent(store: Store) -> None:
+async def test_a_request_with_new_messages_appends_like_the_reference(store: Store) -> None:
     t = await _transcript(store)
     await t.persist([msg("u1", "user", "one")], truncate=True)
     await t.put_reply(msg("a1", "assistant", "r1"), anchor="u1")
@@ -66,11 +66,8 @@ async def test_edit_with_a_new_id_forks_at_the_parent(store: Store) -> None:
         truncate=True,
     )
     await t.put_reply(msg("a2", "assistant", "r2"), anchor="u2")
-    await t.persist(
-        [msg("u1", "user", "one"), msg("a1", "assistant", "r1"), msg("u2b", "user", "TWO")],
-        truncate=True,
-    )
-    assert await _reloaded(store) == ["u1", "a1", "u2b"]
+    await t.persist([msg("u3", "user", "three")], truncate=True)
+    assert await _reloaded(store) == ["u1", "a1", "u2", "a2", "u3"]
 
 
 async def test_sync_without_truncation_only_updates_and_appends(store: Store) -> None:

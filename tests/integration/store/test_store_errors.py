@@ -21,7 +21,7 @@ from durachat_infra.store import (
 )
 
 if TYPE_CHECKING:
-    from conftest import PostgresDatabases
+    from support.databases import PostgresDatabases
 
 KEY = ConversationKey("default", "agent", "c")
 

@@ -17,13 +17,15 @@ from durachat_infra.store import (
     FencedError,
     FencedTransaction,
     Store,
+    StoredMessage,
     StoreError,
+    TurnRecord,
 )
 from durachat_infra.store.models import Conversation as ConversationRow
 from support.waiting import eventually
 
 if TYPE_CHECKING:
-    from conftest import Databases
+    from support.databases import Databases
 
 KEY = ConversationKey("default", "agent", "fenced")
 
@@ -37,7 +39,10 @@ async def conv(store: Store) -> Conversation:
     return await store.get_or_create_conversation(KEY)
 
 
-async def stored_state(store: Store, conv: Conversation) -> tuple[object, ...]:
+State = tuple[tuple[Any, ...], list[StoredMessage], list[StoredMessage], TurnRecord | None]
+
+
+async def stored_state(store: Store, conv: Conversation) -> State:
     """Everything a transaction can change, to compare before and after."""
     async with store.engine.connect() as conn:
         row = (

@@ -24,7 +24,7 @@ from durachat_infra.store.models import Base
 from support.waiting import eventually
 
 if TYPE_CHECKING:
-    from conftest import Databases
+    from support.databases import Databases
 
 TABLES = {"tenants", "conversations", "branches", "messages", "turns"}
 
@@ -175,6 +175,11 @@ async def test_sqlite_connections_get_foreign_keys_wal_and_busy_timeout(tmp_path
         async with engine.connect() as conn:
             pragmas = {
                 name: await conn.scalar(text(f"PRAGMA {name}"))
-                for name in ("foreign_keys", "journal_mode", "busy_timeout")
+                for name in ("foreign_keys", "journal_mode", "busy_timeout", "synchronous")
             }
-    assert pragmas == {"foreign_keys": 1, "journal_mode": "wal", "busy_timeout": 5000}
+    assert pragmas == {
+        "foreign_keys": 1,
+        "journal_mode": "wal",
+        "busy_timeout": 5000,
+        "synchronous": 1,  # NORMAL
+    }

@@ -74,14 +74,15 @@ class Transcript:
     async def persist(self, incoming: list[UIMessage], *, truncate: bool) -> list[UIMessage]:
         """Reconcile and store a client's transcript; returns the reconciled incoming list.
 
-        With `truncate` (chat requests), an incoming list that stops short of the stored path,
-        or departs from it, becomes the new path: the leaf moves to where the lists agree and
-        the rest is appended there. Without it (client `setMessages` sync), messages are only
-        updated or appended, never removed from the path.
+        With `truncate` (chat requests), an incoming list that is a prefix of the stored path
+        (regenerate, or an edit that keeps the message id) becomes the new path: the leaf moves
+        back to its last message; the messages after it stay in the tree, off the path. A list
+        with new messages only updates the known ones and appends the new ones after the leaf,
+        as the reference does. Without `truncate` (client `setMessages` sync) nothing ever
+        leaves the path.
         """
         server = self.messages
         merged = reconcile_messages(incoming, server)
-        server_by_id = {m.get("id"): m for m in server}
         resolved: list[UIMessage] = []
         for message in merged:
             message_id = resolve_tool_merge_id(message, server)
@@ -90,15 +91,13 @@ class Transcript:
             )
 
         try:
-            await self._persist(resolved, server_by_id, truncate=truncate)
+            await self._persist(resolved, truncate=truncate)
         except Exception:
             await _quietly(self.reload())
             raise
         return merged
 
-    async def _persist(
-        self, resolved: list[UIMessage], server_by_id: dict[object, UIMessage], *, truncate: bool
-    ) -> None:
+    async def _persist(self, resolved: list[UIMessage], *, truncate: bool) -> None:
         common = 0
         while (
             common < len(resolved)
@@ -113,15 +112,8 @@ class Transcript:
                     continue
                 await self._update(tx, i, resolved[i])
             rest = resolved[common:]
-            if (
-                truncate
-                and common < len(self._nodes)
-                and (not rest or all(m.get("id") not in server_by_id for m in rest))
-            ):
+            if truncate and not rest and common < len(self._nodes):
                 del self._nodes[common:]
-                parent = self.leaf_pk
-                if rest:
-                    await self._insert(tx, parent, rest)
                 await tx.set_leaf(self._branch, self.leaf_pk)
             else:
                 fresh: list[UIMessage] = []

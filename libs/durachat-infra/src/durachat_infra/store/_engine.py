@@ -8,7 +8,8 @@ import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final
 
-from sqlalchemy import event
+from sqlalchemy import Insert, event
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -124,6 +125,19 @@ def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
     else:
         conn.exec_driver_sql("BEGIN")
+
+
+def insert_new(conn: AsyncConnection, table: Any, unique: list[str], **values: Any) -> Insert:
+    """Build `INSERT ... ON CONFLICT (unique) DO NOTHING` for the connection's database.
+
+    Concurrent inserters of the same key do not fail: PostgreSQL makes the second wait for the
+    first and then skip the row. Add `.returning(...)` to learn whether the row was inserted.
+    """
+    if conn.dialect.name == "postgresql":
+        return (
+            postgresql.insert(table).values(**values).on_conflict_do_nothing(index_elements=unique)
+        )
+    return sqlite.insert(table).values(**values).on_conflict_do_nothing(index_elements=unique)
 
 
 def is_unavailable(exc: BaseException) -> bool:

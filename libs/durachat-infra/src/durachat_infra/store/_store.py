@@ -10,7 +10,6 @@ from types import TracebackType
 from typing import Any, Self, cast
 
 from sqlalchemy import Integer, Row, insert, literal_column, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
@@ -19,6 +18,7 @@ from durachat_infra.store._engine import (
     BEGIN_OPTION,
     connect,
     create_engine,
+    insert_new,
     install_sqlite_hooks,
     translate_errors,
 )
@@ -121,21 +121,26 @@ class Store:
         Raises:
             UnknownTenantError: `key.tenant` does not exist.
         """
+        # Most calls find an existing conversation: read first, so they do not queue for the
+        # SQLite write lock.
+        found = await self.find_conversation(key)
+        if found is not None:
+            return found
         async with self._write("get or create conversation") as conn:
-            found = await _find(conn, key)
-            if found is not None:
-                return found
             if await conn.scalar(select(Tenant.id).where(Tenant.id == key.tenant)) is None:
                 raise UnknownTenantError(key.tenant)
-            dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
             created = await conn.scalar(
-                dialect.insert(ConversationRow)
-                .values(tenant_id=key.tenant, agent=key.agent, name=key.name)
-                .on_conflict_do_nothing(index_elements=["tenant_id", "agent", "name"])
-                .returning(ConversationRow.id)
+                insert_new(
+                    conn,
+                    ConversationRow,
+                    ["tenant_id", "agent", "name"],
+                    tenant_id=key.tenant,
+                    agent=key.agent,
+                    name=key.name,
+                ).returning(ConversationRow.id)
             )
             if created is None:
-                # Another process inserted it first; its transaction has committed (the insert
+                # Someone else created it meanwhile; their transaction has committed (the insert
                 # waited for it), so a fresh read sees the row and its main branch.
                 found = await _find(conn, key)
                 if found is None:

@@ -8,11 +8,10 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
 from sqlalchemy import delete, func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
-from durachat_infra.store._engine import translate_errors
+from durachat_infra.store._engine import insert_new, translate_errors
 from durachat_infra.store._records import (
     MAIN_BRANCH,
     TURN_KINDS,
@@ -90,10 +89,11 @@ class FencedTransaction:
                     .returning(Conversation.next_seq)
                 )
             ).scalar_one()
+            # One INSERT per message: each row's parent is the key the previous one just got.
             pks: list[int] = []
             parent = parent_pk
             for seq, row in enumerate(rows, start=end - len(rows)):
-                parent = (
+                pk: int = (
                     await conn.execute(
                         insert(Message)
                         .values(
@@ -102,7 +102,8 @@ class FencedTransaction:
                         .returning(Message.id)
                     )
                 ).scalar_one()
-                pks.append(parent)
+                pks.append(pk)
+                parent = pk
             return pks
 
     async def update_message(self, pk: int, message: dict[str, Any]) -> None:
@@ -247,10 +248,11 @@ class FencedTransaction:
         if kind not in TURN_KINDS:
             raise ValueError(f"unknown turn kind {kind!r}; expected one of {sorted(TURN_KINDS)}")
         async with self._op("begin turn") as conn:
-            dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
             inserted = await conn.execute(
-                dialect.insert(Turn)
-                .values(
+                insert_new(
+                    conn,
+                    Turn,
+                    ["conversation_id", "request_id"],
                     conversation_id=self.conversation_id,
                     request_id=request_id,
                     kind=kind,
@@ -258,9 +260,7 @@ class FencedTransaction:
                     owner=owner,
                     epoch=self.epoch,
                     request=request,
-                )
-                .on_conflict_do_nothing(index_elements=["conversation_id", "request_id"])
-                .returning(Turn.id)
+                ).returning(Turn.id)
             )
             return inserted.first() is not None
 

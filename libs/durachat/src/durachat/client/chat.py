@@ -127,7 +127,9 @@ async def fetch_history(
         raise ClientError("http_error", f"GET {url} failed: {exc}") from exc
     if response.status_code != 200:
         raise ClientError(
-            "http_error", f"GET {url} answered {response.status_code}: {response.text.strip()}"
+            "http_error",
+            f"GET {url} answered {response.status_code}: {response.text.strip()}",
+            status=response.status_code,
         )
     try:
         messages = response.json()
@@ -154,7 +156,7 @@ class _Probe:
 
 
 FrameHook = Callable[[JSONDict], object]
-"""Called with every frame the client receives, before the client handles it."""
+"""Called with every frame the client receives, once the client has handled it."""
 
 ReplyHook = Callable[[Reply], object]
 """Called with every reply the client did not start itself (observed or offered for resume)."""
@@ -199,7 +201,7 @@ class ChatClient:
 
         Args: see `ChatClient.connect`.
         """
-        socket_url(base_url, agent, name, "x")  # validates base_url early
+        socket_url(base_url, agent, name, "")  # validates base_url
         self.base_url = base_url.rstrip("/")
         self.agent = agent
         self.name = name
@@ -216,6 +218,7 @@ class ChatClient:
         self._ws: ClientConnection | None = None
         self._connected = asyncio.Event()
         self._closing = False
+        self._close_done = asyncio.Event()
         self._closed: ClientError | None = None
         self._reader: asyncio.Task[None] | None = None
         self._recovery: asyncio.Task[None] | None = None
@@ -263,7 +266,8 @@ class ChatClient:
             load_history: Seed `messages` from `get-messages` once connected, as
                 `useAgentChat` does. Without it, the first `send` on an existing chat would
                 present the server a transcript without the earlier messages.
-            on_frame: Called with every received frame, before the client handles it.
+            on_frame: Called with every received frame, once the client has handled it (so
+                `messages` and the replies already reflect it).
             on_reply: Called with every reply this client did not start (another client's
                 request it observes, or a stream the server offers for resume).
             reconnect_attempts: Reconnect attempts after the socket drops before giving up.
@@ -277,24 +281,28 @@ class ChatClient:
             ClientError: `connect_failed` if the socket cannot be opened; `http_error` if the
                 history cannot be loaded.
         """
-        client = cls(
-            base_url,
-            agent,
-            name,
-            connection_id=connection_id,
-            headers=headers,
-            on_frame=on_frame,
-            on_reply=on_reply,
-            reconnect_attempts=reconnect_attempts,
-            reconnect_max_delay=reconnect_max_delay,
-            open_timeout=open_timeout,
-        )
-        return Connecting(client, load_history=load_history)
+        socket_url(base_url, agent, name, "")  # a bad URL fails here, not when awaited
+
+        def create() -> ChatClient:
+            return cls(
+                base_url,
+                agent,
+                name,
+                connection_id=connection_id,
+                headers=headers,
+                on_frame=on_frame,
+                on_reply=on_reply,
+                reconnect_attempts=reconnect_attempts,
+                reconnect_max_delay=reconnect_max_delay,
+                open_timeout=open_timeout,
+            )
+
+        return Connecting(create, load_history=load_history)
 
     async def _start(self, *, load_history: bool) -> None:
         try:
             ws = await self._open_socket()
-        except ClientError:
+        except BaseException:
             await self._http.aclose()
             raise
         self._use(ws)
@@ -302,7 +310,7 @@ class ChatClient:
         if load_history:
             try:
                 await self.history()
-            except ClientError:
+            except BaseException:
                 await self.close()
                 raise
 
@@ -493,8 +501,7 @@ class ChatClient:
     async def close(self) -> None:
         """Close the socket and the HTTP client. Replies still running end with an error."""
         if self._closing:
-            if self._reader is not None:
-                await asyncio.shield(self._reader)
+            await self._close_done.wait()
             return
         self._closing = True
         for task in [self._recovery, *self._tasks]:
@@ -510,6 +517,7 @@ class ChatClient:
                 await self._reader
         self._shutdown(ClientError("closed", "the client was closed"))
         await self._http.aclose()
+        self._close_done.set()
 
     # Sending
 
@@ -595,6 +603,7 @@ class ChatClient:
             raise ClientError(
                 "connect_failed",
                 f"{url.split('?', 1)[0]} refused the connection: HTTP {status} {text}".rstrip(),
+                status=status,
             ) from exc
         except (OSError, TimeoutError, InvalidHandshake) as exc:
             where = url.split("?", 1)[0]
@@ -652,8 +661,7 @@ class ChatClient:
                 return await self._open_socket()
             except ClientError as exc:
                 log.info("chat %s: reconnect attempt %d failed: %s", self.name, attempt, exc)
-                cause = exc.__cause__
-                if isinstance(cause, InvalidStatus) and 400 <= cause.response.status_code < 500:
+                if exc.status is not None and 400 <= exc.status < 500:
                     return None
             delay = min(delay * 2, self._reconnect_max_delay)
         return None
@@ -684,6 +692,8 @@ class ChatClient:
                 )
         except ClientError as exc:
             log.info("chat %s: recovery stopped: %s", self.name, exc)
+        except Exception:
+            log.exception("chat %s: recovery failed", self.name)
 
     def _closing_now(self) -> bool:
         return self._closing
@@ -708,15 +718,15 @@ class ChatClient:
             return
         if not isinstance(frame, dict):
             return
+        try:
+            await self._dispatch(ws, frame)
+        except Exception:
+            log.exception("chat %s: cannot handle frame %s", self.name, frame.get("type"))
         if self._on_frame is not None:
             try:
                 self._on_frame(frame)
             except Exception:
                 log.exception("chat %s: on_frame hook failed", self.name)
-        try:
-            await self._dispatch(ws, frame)
-        except Exception:
-            log.exception("chat %s: cannot handle frame %s", self.name, frame.get("type"))
 
     async def _dispatch(self, ws: ClientConnection, frame: JSONDict) -> None:
         kind = frame.get("type")
@@ -841,8 +851,9 @@ class ChatClient:
         self._set_messages([message if m.get("id") == message_id else m for m in self.messages])
 
     async def _settle_from_history(self, reply: Reply) -> None:
+        version = self._transcript_version
         try:
-            messages = await self.history()
+            messages = await fetch_history(self.base_url, self.agent, self.name, http=self._http)
         except ClientError as exc:
             reply._finish("error", ClientError("lost", f"the reply was lost: {exc.message}"))
             self._retire(reply)
@@ -855,6 +866,9 @@ class ChatClient:
                 "error", ClientError("lost", "the connection dropped and the reply was lost")
             )
         self._retire(reply)
+        # Retired first, so the stored transcript wins over the reply's partial message.
+        if version == self._transcript_version:
+            self._set_transcript(messages)
 
     @staticmethod
     def _answer_to(messages: list[UIMessage], reply: Reply) -> UIMessage | None:
@@ -908,15 +922,24 @@ class ChatClient:
 class Connecting:
     """What `ChatClient.connect` returns: await it, or use it as an async context manager."""
 
-    def __init__(self, client: ChatClient, *, load_history: bool) -> None:
-        """Wrap a client that is not connected yet."""
-        self._client = client
+    def __init__(self, create: Callable[[], ChatClient], *, load_history: bool) -> None:
+        """Hold what it takes to connect.
+
+        Args:
+            create: Builds the client (inside the event loop, when connecting).
+            load_history: Whether to seed the transcript once connected.
+        """
+        self._create = create
         self._load_history = load_history
+        self._client: ChatClient | None = None
 
     def __await__(self) -> Generator[Any, None, ChatClient]:
         return self._connect().__await__()
 
     async def _connect(self) -> ChatClient:
+        if self._client is not None:
+            raise RuntimeError("ChatClient.connect(...) can be awaited only once")
+        self._client = self._create()
         await self._client._start(load_history=self._load_history)
         return self._client
 
@@ -929,4 +952,5 @@ class Connecting:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self._client.close()
+        if self._client is not None:
+            await self._client.close()

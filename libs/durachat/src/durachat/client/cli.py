@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _one_shot(args)
         return _interactive(args)
     except ClientError as exc:
-        _err(f"error: {exc.message}{_hint(exc, args.url)}")
+        _err(f"error: {exc.message}{_hint(exc, args)}")
         return 1
     except KeyboardInterrupt:
         _err("")
@@ -264,9 +264,16 @@ def _render(message: UIMessage) -> str:
     return " ".join([*extras, text] if text else extras)
 
 
-def _hint(error: ClientError, url: str) -> str:
-    if error.code == "connect_failed" and "refused the connection" not in error.message:
-        return f"\n(is the server running at {url}? `make run` starts one)"
+def _hint(error: ClientError, args: argparse.Namespace) -> str:
+    if error.code not in ("connect_failed", "http_error"):
+        return ""
+    if error.status is None:
+        return f"\n(is the server running at {args.url}? `make run` starts one)"
+    if error.status == 400:
+        return (
+            f"\n(the server does not serve the agent {args.agent!r}; "
+            "if it has just started, try again in a few seconds)"
+        )
     return ""
 
 

@@ -12,18 +12,21 @@ class ClientError(Exception):
             client's own: `connect_failed`, `http_error`, `disconnected`, `closed`, `lost`,
             `nothing_to_regenerate`.
         message: A human-readable description.
+        status: The HTTP status behind a `connect_failed` or `http_error`, if there was one.
     """
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, *, status: int | None = None) -> None:
         """Create the error.
 
         Args:
             code: The machine-readable code.
             message: The human-readable description.
+            status: The HTTP status the server answered, if any.
         """
         super().__init__(message)
         self.code = code
         self.message = message
+        self.status = status
 
     def __repr__(self) -> str:
         return f"ClientError(code={self.code!r}, message={self.message!r})"

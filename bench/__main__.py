@@ -1,0 +1,8 @@
+"""`python -m bench` (what `make bench` runs)."""
+
+from __future__ import annotations
+
+from bench.run import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,256 @@
+"""The measurements, run against one target: idle connections, time to first chunk, load."""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from bench.loadgen import ClientPool, Command
+from bench.procs import CpuMeter, Proc, status_kib
+from bench.stats import percentile, summary
+from bench.targets import Target
+
+
+@dataclass(slots=True)
+class Params:
+    """Everything the run is parameterised by (goes into the JSON)."""
+
+    conversations: int = 200
+    rounds: int = 2
+    words: int = 40
+    ttft_words: int = 8
+    sequential: int = 30
+    burst: int = 50
+    idle_connections: int = 2000
+    idle_conversations: int = 200
+    client_procs: int = 2
+    deflate: bool = True
+    timeout: float = 60.0
+    connect_concurrency: int = 50
+    quick: bool = False
+
+
+def split(names: list[str], parts: int) -> list[list[str]]:
+    """Round-robin `names` over `parts` lists."""
+    return [names[i::parts] for i in range(parts)]
+
+
+def _command(target: Target, params: Params, op: str, names: list[str], **extra: Any) -> Command:
+    return {
+        "op": op,
+        "host": target.host,
+        "port": target.port,
+        "agent": target.agent,
+        "names": names,
+        "deflate": params.deflate,
+        "timeout": params.timeout,
+        "connect_concurrency": params.connect_concurrency,
+        **extra,
+    }
+
+
+def _request_errors(requests: list[dict[str, Any]]) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for request in requests:
+        for error in request["errors"]:
+            counts[error] += 1
+    return dict(counts)
+
+
+def _ttft(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    values = [r["ttft_ms"] for r in requests if r["ttft_ms"] is not None]
+    return {**summary(values), "errors": _request_errors(requests)}
+
+
+class Runner:
+    """Runs the phases against one target."""
+
+    def __init__(self, target: Target, pool: ClientPool, params: Params) -> None:
+        self.target = target
+        self.pool = pool
+        self.params = params
+        self.run_id = secrets.token_hex(3)
+
+    def names(self, kind: str, count: int) -> list[str]:
+        """Fresh conversation names."""
+        return [f"{kind}-{self.run_id}-{i}" for i in range(count)]
+
+    def warmup(self) -> dict[str, Any]:
+        """A few short conversations so every shard has imported and run everything once."""
+        count = 4 if self.params.quick else 8
+        command = _command(
+            self.target, self.params, "converse", self.names("warm", count),
+            warmup=0, rounds=2, chain=False, sync=False, words=5,
+        )
+        result = self.pool.run([command] + [None] * (self.pool.size - 1), timeout=180)[0]
+        return {
+            "requests": len(result["requests"]),
+            "errors": _request_errors(result["requests"]),
+            "connect_failures": result["connect"]["failures"],
+        }
+
+    def idle(self) -> dict[str, Any]:
+        """RSS of the front process before and after opening many idle connections."""
+        params = self.params
+        names = self.names("idle", params.idle_conversations)
+        per_name = max(1, params.idle_connections // max(1, params.idle_conversations))
+        commands = [
+            _command(self.target, params, "idle", part, per_name=per_name, connect_concurrency=100)
+            for part in split(names, self.pool.size)
+        ]
+        pid = self.target.front.pid
+        time.sleep(1.0)
+        before = status_kib(pid).get("VmRSS", 0)
+        readings: list[int] = []
+        opened: list[int] = []
+        started = time.monotonic()
+
+        def hold(ready: list[dict[str, Any]]) -> None:
+            opened.append(sum(r["open"] for r in ready))
+            time.sleep(2.0)
+            for _ in range(3):
+                readings.append(status_kib(pid).get("VmRSS", 0))
+                time.sleep(0.5)
+
+        results = self.pool.run_idle(commands, hold, timeout=300)
+        after = int(statistics.median(readings)) if readings else 0
+        count = opened[0] if opened else 0
+        identity = [ms for r in results for ms in r["connect"]["identity_ms"]]
+        return {
+            "connections": count,
+            "conversations": len(names),
+            "rss_before_kib": before,
+            "rss_after_kib": after,
+            "rss_readings_kib": readings,
+            "kib_per_connection": (after - before) / count if count else None,
+            "connect_identity_ms": summary(identity),
+            "connect_failures": sum(len(r["connect"]["failures"]) for r in results),
+            "dropped_while_idle": sum(r["dropped_while_idle"] for r in results),
+            "seconds": round(time.monotonic() - started, 1),
+        }
+
+    def sequential(self) -> dict[str, Any]:
+        """One conversation at a time: a cold (new conversation) then a warm request each."""
+        params = self.params
+        command = _command(
+            self.target, params, "sequential", self.names("seq", params.sequential),
+            per_conversation=2, words=params.ttft_words,
+        )
+        cpu = CpuMeter(self.target.procs)
+        cpu.start()
+        result = self.pool.run([command] + [None] * (self.pool.size - 1), timeout=300)[0]
+        usage = cpu.stop()
+        requests = result["requests"]
+        return {
+            "cold": _ttft([r for r in requests if r["round"] == 0]),
+            "warm": _ttft([r for r in requests if r["round"] == 1]),
+            "total_ms": summary([r["total_ms"] for r in requests if r["total_ms"] is not None]),
+            "connect_failures": result["connect"]["failures"],
+            "cpu": usage,
+            "cpu_ms_per_request": {
+                name: (1000 * s / len(requests)) if s is not None and requests else None
+                for name, s in usage["cpu_s"].items()  # type: ignore[attr-defined]
+            },
+        }
+
+    def burst(self) -> dict[str, Any]:
+        """`burst` conversations sending at the same moment: a cold round, then a warm one."""
+        params = self.params
+        commands: list[Command | None] = [
+            _command(
+                self.target, params, "converse", part,
+                warmup=0, rounds=2, chain=False, sync=True, words=params.ttft_words,
+            )
+            for part in split(self.names("burst", params.burst), self.pool.size)
+        ]
+        results = self.pool.run(commands, timeout=300)
+        requests = [r for res in results for r in res["requests"]]
+        return {
+            "conversations": params.burst,
+            "cold": _ttft([r for r in requests if r["round"] == 0]),
+            "warm": _ttft([r for r in requests if r["round"] == 1]),
+            "connect_failures": [f for res in results for f in res["connect"]["failures"]],
+        }
+
+    def load(self) -> dict[str, Any]:
+        """The main load: every conversation streams `rounds` replies back to back."""
+        params = self.params
+        commands: list[Command | None] = [
+            _command(
+                self.target, params, "converse", part,
+                warmup=1, rounds=params.rounds, chain=True, sync=True, words=params.words,
+            )
+            for part in split(self.names("load", params.conversations), self.pool.size)
+        ]
+        clients = [Proc("client", f"client-{i}", pid) for i, pid in enumerate(self.pool.pids)]
+        meter = CpuMeter(self.target.procs + clients)
+        usage: dict[str, Any] = {}
+
+        def on_mark(label: str) -> None:
+            if label == "measure-start":
+                meter.start()
+            elif label == "measure-end":
+                usage.update(meter.stop())
+
+        results = self.pool.run(commands, timeout=600, on_mark=on_mark)
+        requests = [r for res in results for r in res["requests"]]
+        measured = [r for r in requests if r["round"] >= 0]
+        warm = [r for r in requests if r["round"] < 0]
+        start = min(res["window_ns"][0] for res in results)
+        end = max(res["window_ns"][1] for res in results)
+        window_s = (end - start) / 1e9
+        deltas = sum(r["deltas"] for r in measured)
+        latency_us = [
+            v for res in results for r, values in res["latency_us"].items() if int(r) >= 0 for v in values
+        ]
+        latency_ms = [v / 1000 for v in latency_us]
+        identity = [ms for res in results for ms in res["connect"]["identity_ms"]]
+        opened = [ms for res in results for ms in res["connect"]["open_ms"]]
+        connect_failures = [f for res in results for f in res["connect"]["failures"]]
+        errors = _request_errors(measured)
+        cpu_s: dict[str, float | None] = usage.get("cpu_s", {})
+        return {
+            "conversations": params.conversations,
+            "rounds": params.rounds,
+            "words": params.words,
+            "client_processes": self.pool.size,
+            "connect_ms": summary(identity),
+            "handshake_ms": summary(opened),
+            "ttft_ms": summary([r["ttft_ms"] for r in measured if r["ttft_ms"] is not None]),
+            "warmup_ttft_ms": summary([r["ttft_ms"] for r in warm if r["ttft_ms"] is not None]),
+            "latency_ms": {
+                **summary(latency_ms),
+                **{f"p{p}": percentile(latency_ms, p) for p in (1, 10, 25, 75, 95, 99.9)},
+            },
+            "deltas": deltas,
+            "expected_deltas": sum(r["expected"] for r in measured),
+            "window_s": window_s,
+            "chunks_per_s": deltas / window_s if window_s > 0 else None,
+            "errors": {
+                "requests_with_errors": sum(1 for r in measured if r["errors"]),
+                "by_kind": errors,
+                "warmup_requests_with_errors": sum(1 for r in warm if r["errors"]),
+                "connect_failures": len(connect_failures),
+                "connect_failure_samples": connect_failures[:5],
+                "stray_frames": sum(res["stray_frames"] for res in results),
+                "unstamped_deltas": sum(res["unstamped"] for res in results),
+                "durachat_error_frames": sum(res["other_errors"] for res in results),
+            },
+            "cpu": usage,
+            "cpu_us_per_delta": {
+                name: (1e6 * s / deltas) if s is not None and deltas else None
+                for name, s in cpu_s.items()
+            },
+        }
+
+    def memory(self) -> dict[str, dict[str, int]]:
+        """Peak and current RSS of every server process (KiB)."""
+        out = {}
+        for proc in self.target.procs:
+            status = status_kib(proc.pid)
+            out[proc.name] = {"VmHWM_kib": status.get("VmHWM", 0), "VmRSS_kib": status.get("VmRSS", 0)}
+        return out

@@ -1,0 +1,214 @@
+"""The printed tables and the target verdicts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bench.stats import fmt, ratio, render_table
+
+REFERENCE_TTFT_SEQUENTIAL_MS = 14.5
+"""Cloudflare reference, one conversation at a time, p50 (through its real client, this machine)."""
+REFERENCE_TTFT_BURST_MS = 340.0
+"""Cloudflare reference, 50 conversations at once, p50."""
+
+Getter = Callable[[dict[str, Any]], float | int | None]
+
+
+def _get(*path: str) -> Getter:
+    def get(result: dict[str, Any]) -> Any:
+        value: Any = result
+        for key in path:
+            if not isinstance(value, dict) or key not in value:
+                return None
+            value = value[key]
+        return value
+
+    return get
+
+
+def _verdict(value: float | int | None, limit: float, *, at_least: bool = False) -> str:
+    if value is None:
+        return "MISS"
+    ok = value >= limit if at_least else value <= limit
+    return "PASS" if ok else "MISS"
+
+
+def _errors(result: dict[str, Any]) -> int | None:
+    errors = _get("load", "errors")(result)
+    if not isinstance(errors, dict):
+        return None
+    return int(
+        errors["requests_with_errors"] + errors["connect_failures"] + errors["durachat_error_frames"]
+    )
+
+
+def _mib(name_match: Callable[[str], bool]) -> Getter:
+    def get(result: dict[str, Any]) -> float | None:
+        memory = result.get("memory")
+        if not memory:
+            return None
+        values = [v["VmHWM_kib"] for k, v in memory.items() if name_match(k)]
+        return sum(values) / 1024 if values else None
+
+    return get
+
+
+def _cpu(name_match: Callable[[str], bool]) -> Getter:
+    def get(result: dict[str, Any]) -> float | None:
+        per = _get("load", "cpu_us_per_delta")(result)
+        if not isinstance(per, dict):
+            return None
+        values = [v for k, v in per.items() if name_match(k) and v is not None]
+        return sum(values) if values else None
+
+    return get
+
+
+def _util(result: dict[str, Any]) -> float | None:
+    cpu = _get("load", "cpu")(result)
+    if not isinstance(cpu, dict) or not cpu.get("wall_s"):
+        return None
+    return 100 * float(cpu["other_cpu_s"]) / float(cpu["wall_s"])
+
+
+def _front(name: str) -> bool:
+    return name in ("gw-1", "relay")
+
+
+def _model_side(name: str) -> bool:
+    return name.startswith("shard") or name == "producer"
+
+
+def _servers(name: str) -> bool:
+    return not name.startswith("client")
+
+
+def rows(results: dict[str, Any], params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The table rows: metric, both values, ratio, target with verdict."""
+    n = params["conversations"]
+    spec: list[tuple[str, Getter, str, Callable[[float | int | None], str] | None]] = [
+        (f"connect p50 (ms) @{n}", _get("load", "connect_ms", "p50"), "ms", None),
+        (f"connect p99 (ms) @{n}", _get("load", "connect_ms", "p99"), "ms", None),
+        (f"TTFT p50 (ms) @{n} under load", _get("load", "ttft_ms", "p50"), "ms", None),
+        (f"TTFT p99 (ms) @{n} under load", _get("load", "ttft_ms", "p99"), "ms", None),
+        (
+            f"chunk delivery p50 (ms) @{n}",
+            _get("load", "latency_ms", "p50"),
+            "ms",
+            lambda v: f"<= 2 ms {_verdict(v, 2.0)}",
+        ),
+        (
+            f"chunk delivery p99 (ms) @{n}",
+            _get("load", "latency_ms", "p99"),
+            "ms",
+            lambda v: f"<= 10 ms {_verdict(v, 10.0)}",
+        ),
+        (
+            "chunks/s delivered (aggregate)",
+            _get("load", "chunks_per_s"),
+            "",
+            lambda v: f">= 10,000 {_verdict(v, 10_000, at_least=True)}",
+        ),
+        ("errors (load)", _errors, "", lambda v: f"0 {_verdict(v, 0)}"),
+        (
+            "TTFT p50 (ms) 1-at-a-time, new conv",
+            _get("sequential", "cold", "p50"),
+            "ms",
+            lambda v: f"<= 7.25 ms {_verdict(v, 7.25)}",
+        ),
+        (
+            "TTFT p50 (ms) 1-at-a-time, 2nd msg",
+            _get("sequential", "warm", "p50"),
+            "ms",
+            lambda v: f"<= 7.25 ms {_verdict(v, 7.25)}",
+        ),
+        (
+            f"TTFT p50 (ms) {params['burst']} at once, new conv",
+            _get("burst", "cold", "p50"),
+            "ms",
+            lambda v: f"<= 170 ms {_verdict(v, 170.0)}",
+        ),
+        (
+            f"TTFT p50 (ms) {params['burst']} at once, 2nd msg",
+            _get("burst", "warm", "p50"),
+            "ms",
+            lambda v: f"<= 170 ms {_verdict(v, 170.0)}",
+        ),
+        (
+            "KiB per idle connection (gw/relay)",
+            _get("idle", "kib_per_connection"),
+            "",
+            lambda v: f"<= 30 KiB {_verdict(v, 30.0)}",
+        ),
+        ("peak RSS gateway/relay (MiB)", _mib(_front), "", None),
+        ("peak RSS shards/producer (MiB)", _mib(_model_side), "", None),
+        ("peak RSS jobs (MiB)", _mib(lambda k: k.startswith("jobs")), "", None),
+        ("peak RSS redis (MiB)", _mib(lambda k: k == "redis"), "", None),
+        ("CPU us/delta gateway/relay", _cpu(_front), "", None),
+        ("CPU us/delta shards/producer", _cpu(_model_side), "", None),
+        ("CPU us/delta redis", _cpu(lambda k: k == "redis"), "", None),
+        ("CPU us/delta all servers", _cpu(_servers), "", None),
+        ("CPU us/delta load generator", _cpu(lambda k: k.startswith("client")), "", None),
+        ("other CPU on machine (% of a core)", _util, "", None),
+    ]
+    out = []
+    for metric, get, unit, target in spec:
+        a = get(results.get("durachat", {}))
+        b = get(results.get("baseline", {}))
+        out.append(
+            {
+                "metric": metric,
+                "durachat": a,
+                "baseline": b,
+                "ratio": (a / b) if a is not None and b else None,
+                "target": target(a) if target is not None else "",
+                "unit": unit,
+            }
+        )
+    return out
+
+
+def reference_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """durachat's time to first chunk against the Cloudflare reference."""
+    durachat = results.get("durachat", {})
+    out = []
+    for metric, value, reference, limit in (
+        ("TTFT p50 1-at-a-time, new conv (ms)", _get("sequential", "cold", "p50")(durachat),
+         REFERENCE_TTFT_SEQUENTIAL_MS, REFERENCE_TTFT_SEQUENTIAL_MS / 2),
+        ("TTFT p50 1-at-a-time, 2nd msg (ms)", _get("sequential", "warm", "p50")(durachat),
+         REFERENCE_TTFT_SEQUENTIAL_MS, REFERENCE_TTFT_SEQUENTIAL_MS / 2),
+        ("TTFT p50 50 at once, new conv (ms)", _get("burst", "cold", "p50")(durachat),
+         REFERENCE_TTFT_BURST_MS, REFERENCE_TTFT_BURST_MS / 2),
+        ("TTFT p50 50 at once, 2nd msg (ms)", _get("burst", "warm", "p50")(durachat),
+         REFERENCE_TTFT_BURST_MS, REFERENCE_TTFT_BURST_MS / 2),
+    ):
+        out.append(
+            {
+                "metric": metric,
+                "durachat": value,
+                "reference": reference,
+                "ratio": (value / reference) if value is not None else None,
+                "target": f"<= {limit:g} ms {_verdict(value, limit)}",
+            }
+        )
+    return out
+
+
+def render(table: list[dict[str, Any]], reference: list[dict[str, Any]]) -> str:
+    """Both tables as text."""
+    main = render_table(
+        ["metric", "durachat", "baseline", "ratio", "target"],
+        [
+            [r["metric"], fmt(r["durachat"]), fmt(r["baseline"]), ratio(r["durachat"], r["baseline"]), r["target"]]
+            for r in table
+        ],
+    )
+    ref = render_table(
+        ["metric", "durachat", "reference", "ratio", "target"],
+        [
+            [r["metric"], fmt(r["durachat"]), fmt(r["reference"]), ratio(r["durachat"], r["reference"]), r["target"]]
+            for r in reference
+        ],
+    )
+    return f"{main}\n\n{ref}"

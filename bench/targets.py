@@ -1,0 +1,141 @@
+"""The two systems under test: a durachat local cluster and the bare relay baseline."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from durachat_infra.local.cluster import LocalCluster
+from durachat_infra.local.redis_server import RedisServer, free_port
+
+from bench.procs import Cleanup, Proc, child_env, spawn, terminate
+
+
+@dataclass(slots=True)
+class Target:
+    """A running system the load generator can talk to."""
+
+    name: str
+    host: str
+    port: int
+    agent: str
+    front: Proc
+    """The process clients connect to (gateway / relay): its RSS per idle connection."""
+    procs: list[Proc] = field(default_factory=list)
+    log_dir: Path | None = None
+    stop: Callable[[], None] | None = None
+
+
+class BenchCluster(LocalCluster):
+    """A LocalCluster that can start chosen roles under cProfile (`bench.profiled`)."""
+
+    profile_roles: frozenset[str] = frozenset()
+    profile_dir: Path | None = None
+
+    def _spawn(self, role: str, name: str, module: str, extra: dict[str, str]):  # type: ignore[no-untyped-def]
+        if role in self.profile_roles and self.profile_dir is not None:
+            extra = {
+                **extra,
+                "BENCH_PROFILE_MODULE": module,
+                "BENCH_PROFILE_OUT": str(self.profile_dir / f"{name}.prof"),
+            }
+            module = "bench.profiled"
+        return super()._spawn(role, name, module, extra)
+
+
+def _env_overrides() -> dict[str, str]:
+    """What LocalCluster children need on top of os.environ (it cannot unset variables)."""
+    env = child_env({"DURACHAT_AGENTS": "durachat.demo,bench.agents"})
+    return {
+        "PYTHONPATH": env["PYTHONPATH"],
+        "PYTHONPYCACHEPREFIX": env["PYTHONPYCACHEPREFIX"],
+        "PYTHONDONTWRITEBYTECODE": "",  # empty means unset
+        "LITELLM_LOCAL_MODEL_COST_MAP": env["LITELLM_LOCAL_MODEL_COST_MAP"],
+        "DURACHAT_AGENTS": env["DURACHAT_AGENTS"],
+    }
+
+
+def start_durachat(
+    var_dir: Path, cleanup: Cleanup, *, profile: frozenset[str], profile_dir: Path
+) -> Target:
+    """Start 1 gateway, 2 shards and 1 jobs worker with an embedded Redis."""
+    cluster = BenchCluster(
+        var_dir=var_dir,
+        port=free_port(),
+        gateways=1,
+        shards=2,
+        jobs=1,
+        env=_env_overrides(),
+        log_dir=var_dir / "logs",
+    )
+    cluster.profile_roles = profile
+    cluster.profile_dir = profile_dir
+    cleanup.add("durachat cluster", cluster.stop)
+    cluster.start(timeout=240)
+    procs = [Proc(p.role, p.name, p.pid) for p in cluster.processes]
+    assert cluster.redis is not None and cluster.redis.process is not None
+    procs.append(Proc("redis", "redis", cluster.redis.process.pid))
+    gateway = next(p for p in procs if p.role == "gateway")
+    return Target(
+        "durachat", "127.0.0.1", cluster.gateway_ports[0], "bench-agent", gateway, procs,
+        var_dir / "logs", cluster.stop,
+    )
+
+
+def _wait_http(url: str, timeout: float, popens: list[object]) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        for popen in popens:
+            if popen.poll() is not None:  # type: ignore[attr-defined]
+                raise RuntimeError(f"baseline process exited with {popen.returncode}")  # type: ignore[attr-defined]
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} not ready within {timeout}s") from None
+            time.sleep(0.1)
+
+
+def start_baseline(var_dir: Path, cleanup: Cleanup) -> Target:
+    """Start a Redis (configured like the cluster's), the producer and the relay."""
+    redis = RedisServer(var_dir / "redis")
+    cleanup.add("baseline redis", redis.stop)
+    redis.start()
+    assert redis.process is not None
+    prefix = f"bb{secrets.token_hex(3)}"
+    env = child_env()
+    logs = var_dir / "logs"
+    producer = spawn(
+        ["-m", "bench.baseline", "producer", "--redis", redis.url, "--prefix", prefix],
+        env=env,
+        log=logs / "producer.log",
+    )
+    cleanup.add("baseline producer", lambda: terminate(producer))
+    port = free_port()
+    relay = spawn(
+        ["-m", "bench.baseline", "relay", "--redis", redis.url, "--prefix", prefix, "--port", str(port)],
+        env=env,
+        log=logs / "relay.log",
+    )
+    cleanup.add("baseline relay", lambda: terminate(relay))
+    _wait_http(f"http://127.0.0.1:{port}/healthz", 60, [producer, relay])
+    relay_proc = Proc("relay", "relay", relay.pid)
+    procs = [relay_proc, Proc("producer", "producer", producer.pid), Proc("redis", "redis", redis.process.pid)]
+
+    def stop() -> None:
+        terminate(relay)
+        terminate(producer)
+        redis.stop()
+
+    return Target("baseline", "127.0.0.1", port, "bench-agent", relay_proc, procs, logs, stop)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a run directory (best effort)."""
+    shutil.rmtree(path, ignore_errors=True)
