@@ -5,8 +5,10 @@ Fixtures:
 * `postgres_server` (session): the PostgreSQL server of the session, from
   `support.postgres.postgres_for_tests()` (a throwaway local server, or the one named by
   `DURACHAT_TEST_POSTGRES_URL`); tests that use it are skipped if there is none.
-* `databases` (parametrized `sqlite` / `postgres`): creates fresh databases of one backend,
-  `await databases.create(migrated=True)`, and drops them when the test ends.
+* `sqlite_databases`, `postgres_databases` (session): makers of fresh databases of one backend
+  (`support.databases`): `url = await databases.create(migrated=True)`, then
+  `await databases.drop(url)`.
+* `databases` (parametrized `sqlite` / `postgres`): one of the two, so a test runs on both.
 * `empty_database_url`: URL of a fresh database with no schema (migration tests).
 * `database_url`: URL of a fresh database at the newest schema, cloned from a template migrated
   once per session.

@@ -68,22 +68,24 @@ async def test_a_connection_killed_mid_transaction_is_unavailable(
     postgres_databases: PostgresDatabases, open_store: Callable[[str], Store]
 ) -> None:
     url = await postgres_databases.create(migrated=True)
-    store = open_store(url)
-    conv = await store.get_or_create_conversation(KEY)
+    try:
+        store = open_store(url)
+        conv = await store.get_or_create_conversation(KEY)
 
-    with pytest.raises(DatabaseUnavailableError):
-        async with store.transaction(conv.id, 0) as tx:
-            async with store.engine.connect() as admin:
-                await admin.exec_driver_sql(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                )
-            await tx.save_request_context({"lost": True}, None)
+        with pytest.raises(DatabaseUnavailableError):
+            async with store.transaction(conv.id, 0) as tx:
+                async with store.engine.connect() as admin:
+                    await admin.exec_driver_sql(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                await tx.save_request_context({"lost": True}, None)
 
-    # The pool replaces the dead connection; the lost write was never applied.
-    assert await store.load_request_context(conv.id) == (None, None)
-    await store.close()
-    await postgres_databases.drop(url)
+        # The pool replaces the dead connection; the lost write was never applied.
+        assert await store.load_request_context(conv.id) == (None, None)
+        await store.close()
+    finally:
+        await postgres_databases.drop(url)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +107,14 @@ async def test_from_url_fills_in_the_async_driver(url: str, driver: str) -> None
 
 
 @pytest.mark.parametrize(
-    "url", ["sqlite://", "sqlite:///:memory:", "mysql://u@h/db", "postgresql+psycopg2://u@h/db"]
+    "url",
+    [
+        "not a url",
+        "sqlite://",
+        "sqlite:///:memory:",
+        "mysql://u@h/db",
+        "postgresql+psycopg2://u@h/db",
+    ],
 )
 def test_from_url_rejects_unsupported_urls(url: str) -> None:
     with pytest.raises(ValueError):

@@ -100,20 +100,22 @@ async def test_concurrent_migrate_from_processes(empty_database_url: str) -> Non
 @pytest.mark.postgres
 async def test_migrate_waits_for_the_advisory_lock(postgres_databases: Databases) -> None:
     url = await postgres_databases.create(migrated=False)
-    holder = await asyncpg.connect(url)
     try:
-        await holder.execute("SELECT pg_advisory_lock($1)", ADVISORY_LOCK_KEY)
-        migration = asyncio.create_task(migrate(url))
-        await wait_for_lock_waiter(holder, "advisory")
+        holder = await asyncpg.connect(url)
+        try:
+            await holder.execute("SELECT pg_advisory_lock($1)", ADVISORY_LOCK_KEY)
+            migration = asyncio.create_task(migrate(url))
+            await wait_for_lock_waiter(holder, "advisory")
 
-        assert not migration.done()
-        assert (await schema_state(url))[0] == set()
-        await holder.execute("SELECT pg_advisory_unlock($1)", ADVISORY_LOCK_KEY)
-        await migration
+            assert not migration.done()
+            assert (await schema_state(url))[0] == set()
+            await holder.execute("SELECT pg_advisory_unlock($1)", ADVISORY_LOCK_KEY)
+            await migration
+        finally:
+            await holder.close()
+        await assert_migrated(url)
     finally:
-        await holder.close()
-    await assert_migrated(url)
-    await postgres_databases.drop(url)
+        await postgres_databases.drop(url)
 
 
 async def wait_for_lock_waiter(conn: asyncpg.Connection, locktype: str) -> None:

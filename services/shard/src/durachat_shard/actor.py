@@ -20,6 +20,7 @@ from durachat.models import ModelError
 from durachat.protocol import MessageType
 from durachat.types import JSONDict, UIChunk
 from durachat_infra.store import FencedError, Store, TurnStatus
+from durachat_shard import metrics
 from durachat_shard.emitter import Emitter
 from durachat_shard.requests import ChatRequest, FrameError, parse_chat_request, parse_messages
 from durachat_shard.transcript import Transcript
@@ -119,6 +120,7 @@ class ConversationActor:
             except FrameError as exc:
                 self._reject(item.connection_id, item.frame, exc)
             except FencedError:
+                metrics.FENCED.inc()
                 log.warning(
                     "conversation %s: write fenced off, stepping down", self.conversation_id
                 )
@@ -217,6 +219,7 @@ class ConversationActor:
             try:
                 await self._run_turn(queued)
             except FencedError:
+                metrics.FENCED.inc()
                 log.warning("conversation %s: turn fenced off", self.conversation_id)
                 self._fenced = True
                 return
@@ -249,12 +252,15 @@ class ConversationActor:
         error_text: str | None = None
         stream: AsyncIterator[UIChunk] = self.agent.on_chat_message(turn)
 
+        began = time.monotonic()
+
         async def pump() -> None:
             seq = 0
             started = False
             async for chunk in stream:
                 if not started:
                     started = True
+                    metrics.TIME_TO_FIRST_CHUNK.observe(time.monotonic() - began)
                     if chunk.get("type") != "start":
                         # Every reply opens with `start`, which carries the server's message id.
                         opening = assembler.process({"type": "start"})
@@ -304,6 +310,7 @@ class ConversationActor:
                 message_ids=request.user_message_ids,
                 continuation=False,
             )
+        metrics.TURNS.labels(outcome).inc()
         reply = assembler.message
         if assembler.has_parts:
             await self.transcript.put_reply(reply, anchor=queued.anchor)

@@ -6,10 +6,12 @@ import logging
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
 from durachat_infra.store import ConversationKey, DatabaseUnavailableError
+from durachat_shard import metrics
 from durachat_shard.hosting import Conversations, NotOwnerError, UnknownAgentError
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,11 @@ def build_api(conversations: Conversations, shard_id: str) -> FastAPI:
             return JSONResponse({"code": "database_unavailable"}, status_code=503)
         actor.submit(item.connection, item.frame)
         return JSONResponse({"ok": True, "shard": shard_id})
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        metrics.ACTIVE_CONVERSATIONS.set(len(conversations))
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/internal/v1/health")
     async def health() -> dict[str, Any]:

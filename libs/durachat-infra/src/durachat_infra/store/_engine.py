@@ -11,7 +11,7 @@ from typing import Any, Final
 from sqlalchemy import Insert, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
@@ -57,7 +57,10 @@ def normalize_url(url: str | URL) -> URL:
         ValueError: another database or driver, or an in-memory SQLite database (each pooled
             connection would see its own empty database).
     """
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ValueError(f"not a database URL: {url!r}") from exc
     driver = _DRIVERS.get(parsed.drivername)
     if driver is None:
         raise ValueError(

@@ -57,7 +57,10 @@ class UnknownTenantError(StoreError):
 
 
 class DatabaseUnavailableError(StoreError):
-    """The database cannot be reached, dropped the connection, or stayed locked too long.
+    """The database cannot be reached, dropped the connection, or was too busy.
+
+    "Too busy" is SQLite's write lock outlasting the busy timeout, or PostgreSQL aborting the
+    transaction as a deadlock or serialization failure.
 
     A transaction cut off before its commit is rolled back by the database. If the connection
     was lost during the commit itself the outcome is unknown, which is why writes are idempotent

@@ -15,7 +15,7 @@ from typing import Any
 
 from alembic import context
 from sqlalchemy import text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import URL, Connection
 
 from durachat_infra.store._engine import (
     BEGIN_OPTION,
@@ -32,7 +32,8 @@ if config.config_file_name is not None:
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
 
-def _url() -> str:
+def _url() -> str | URL:
+    # Pass a URL object through as is: str() of one masks the password.
     url = (
         config.attributes.get("url")
         or context.get_x_argument(as_dictionary=True).get("url")
@@ -41,7 +42,7 @@ def _url() -> str:
     )
     if not url:
         raise RuntimeError("no database URL: pass -x url=..., or set DATABASE_URL")
-    return str(url)
+    return url if isinstance(url, URL) else str(url)
 
 
 def _options(dialect_name: str) -> dict[str, Any]:
@@ -71,7 +72,7 @@ def _run(connection: Connection) -> None:
         context.run_migrations()
 
 
-async def _run_online(url: str) -> None:
+async def _run_online(url: str | URL) -> None:
     engine = create_engine(url)
     try:
         async with connect(engine, "migrate") as conn:
@@ -81,7 +82,7 @@ async def _run_online(url: str) -> None:
         await engine.dispose()
 
 
-def _run_offline(url: str) -> None:
+def _run_offline(url: str | URL) -> None:
     parsed = normalize_url(url)
     context.configure(
         url=parsed,
