@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from typing import cast
 
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidStatus
@@ -36,8 +37,8 @@ class WsConnection(asyncio.Protocol):
         self._fragments: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
         self.protocol.send_request(self.protocol.connect())
         self._flush()
 

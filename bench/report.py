@@ -29,7 +29,7 @@ def _get(*path: str) -> Getter:
 
 def _verdict(value: float | int | None, limit: float, *, at_least: bool = False) -> str:
     if value is None:
-        return "MISS"
+        return "n/a"
     ok = value >= limit if at_least else value <= limit
     return "PASS" if ok else "MISS"
 

@@ -1,7 +1,9 @@
-"""Shared fixtures: a real Redis server for the session, unique key prefixes per test."""
+"""Shared fixtures: a real Redis server and a throwaway PostgreSQL for the session, a shared
+running cluster, and unique key prefixes per test."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -15,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from durachat_infra.local.cluster import LocalCluster
 from durachat_infra.local.redis_server import RedisServer
 from support.cluster import running_cluster
+from support.postgres import PostgresNotAvailableError, PostgresServer, postgres_for_tests
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +27,18 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """The session's PostgreSQL server (a throwaway local one, or `DURACHAT_TEST_POSTGRES_URL`);
+    tests that need it are skipped only where the machine has no PostgreSQL."""
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(postgres_for_tests())
+        except PostgresNotAvailableError as exc:
+            pytest.skip(f"PostgreSQL is not available: {exc}")
+        yield server
 
 
 @pytest.fixture(scope="session")

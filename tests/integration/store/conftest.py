@@ -2,9 +2,7 @@
 
 Fixtures:
 
-* `postgres_server` (session): the PostgreSQL server of the session, from
-  `support.postgres.postgres_for_tests()` (a throwaway local server, or the one named by
-  `DURACHAT_TEST_POSTGRES_URL`); tests that use it are skipped if there is none.
+* `postgres_server` (session, root conftest): the PostgreSQL server of the session.
 * `sqlite_databases`, `postgres_databases` (session): makers of fresh databases of one backend
   (`support.databases`): `url = await databases.create(migrated=True)`, then
   `await databases.drop(url)`.
@@ -21,9 +19,8 @@ Fixtures:
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -36,24 +33,9 @@ if _TESTS not in sys.path:
 
 from durachat_infra.store import Store  # noqa: E402
 from support.databases import Databases, PostgresDatabases, SQLiteDatabases  # noqa: E402
-from support.postgres import (  # noqa: E402
-    PostgresNotAvailableError,
-    PostgresServer,
-    postgres_for_tests,
-)
+from support.postgres import PostgresServer  # noqa: E402
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """The session's PostgreSQL server; skips the test if none can be had."""
-    with contextlib.ExitStack() as stack:
-        try:
-            server = stack.enter_context(postgres_for_tests())
-        except PostgresNotAvailableError as exc:
-            pytest.skip(f"PostgreSQL is not available: {exc}")
-        yield server
 
 
 @pytest.fixture(scope="session")

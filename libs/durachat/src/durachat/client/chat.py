@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 _ID_ALPHABET: Final = string.ascii_letters + string.digits
 _RECENT_REPLIES: Final = 512
 _HTTP_TIMEOUT: Final = 30.0
+_TURN_WAIT: Final = 60.0
+"""How long a reply the server had not answered at a reconnect waits for its turn."""
 
 
 def new_message_id() -> str:
@@ -410,10 +412,16 @@ class ChatClient:
         )
         if last_user is None:
             raise ClientError("nothing_to_regenerate", "the transcript has no user message")
+        dropped = frozenset(
+            str(m.get("id")) for m in self.messages[last_user + 1 :] if m.get("id") is not None
+        )
         self._set_messages(self.messages[: last_user + 1])
         user_id = self.messages[last_user].get("id")
         return await self._request(
-            "regenerate-message", user_id if isinstance(user_id, str) else None, body
+            "regenerate-message",
+            user_id if isinstance(user_id, str) else None,
+            body,
+            stale_ids=dropped,
         )
 
     async def cancel(self, request_id: str | None = None) -> str | None:
@@ -522,7 +530,12 @@ class ChatClient:
     # Sending
 
     async def _request(
-        self, trigger: str, user_message_id: str | None, body: Mapping[str, Any] | None
+        self,
+        trigger: str,
+        user_message_id: str | None,
+        body: Mapping[str, Any] | None,
+        *,
+        stale_ids: frozenset[str] = frozenset(),
     ) -> Reply:
         request_id = new_request_id()
         payload = {"messages": self.messages, "trigger": trigger, **(body or {})}
@@ -534,6 +547,8 @@ class ChatClient:
         reply = Reply(
             request_id, observed=False, user_message_id=user_message_id, canceller=self.cancel
         )
+        reply._request_frame = frame
+        reply._stale_ids = stale_ids
         # Registered before sending: the first chunk may arrive before `send` returns.
         self._replies[request_id] = reply
         self._last_op = reply
@@ -610,6 +625,8 @@ class ChatClient:
             raise ClientError("connect_failed", f"cannot connect to {where}: {exc}") from exc
 
     def _use(self, ws: ClientConnection) -> None:
+        for reply in self._replies.values():
+            reply._repair_requested = False
         self._ws = ws
         self._acked = {}
         self._sends = 0
@@ -731,7 +748,7 @@ class ChatClient:
     async def _dispatch(self, ws: ClientConnection, frame: JSONDict) -> None:
         kind = frame.get("type")
         if kind == MessageType.USE_CHAT_RESPONSE:
-            self._on_response(frame)
+            await self._on_response(ws, frame)
         elif kind == MessageType.CHAT_MESSAGES:
             messages = frame.get("messages")
             if isinstance(messages, list):
@@ -751,7 +768,7 @@ class ChatClient:
         elif kind == MessageType.ERROR:
             self._on_error(frame)
 
-    def _on_response(self, frame: JSONDict) -> None:
+    async def _on_response(self, ws: ClientConnection, frame: JSONDict) -> None:
         request_id = frame.get("id")
         if not isinstance(request_id, str):
             return
@@ -767,6 +784,10 @@ class ChatClient:
             seed = next((m for m in reversed(self.messages) if m.get("role") == "assistant"), None)
         if reply._handle(frame, seed):
             self._merge(reply)
+        if reply._gap:
+            reply._gap = False
+            reply._repair_requested = True
+            await self._ack(ws, reply)
         if reply._orphaned:
             reply._orphaned = False
             self._spawn(self._settle_from_history(reply))
@@ -801,16 +822,20 @@ class ChatClient:
         acked_at = self._ack_at.get(request_id)
         if reply is None or acked_at is None or acked_at < prompted_at:
             reply = reply or self._replies.get(request_id) or self._observe(request_id)
-            reply._begin_replay()
-            self._acked[request_id] = reply
             if probe_id is None:
                 self._offered = reply
-            await self._send_on(
-                ws,
-                {"type": MessageType.STREAM_RESUME_ACK.value, "id": request_id},
-                stamp=partial(self._ack_at.__setitem__, request_id),
-            )
+            await self._ack(ws, reply)
         self._answer_probes(frame, _ProbeAnswer("resuming", reply=reply))
+
+    async def _ack(self, ws: ClientConnection, reply: Reply) -> None:
+        """Acknowledge a stream on this socket: the server replays it, then goes on live."""
+        reply._begin_replay()
+        self._acked[reply.request_id] = reply
+        await self._send_on(
+            ws,
+            {"type": MessageType.STREAM_RESUME_ACK.value, "id": reply.request_id},
+            stamp=partial(self._ack_at.__setitem__, reply.request_id),
+        )
 
     def _answer_probes(self, frame: JSONDict, answer: _ProbeAnswer) -> None:
         probe_id = frame.get("probeId")
@@ -850,7 +875,8 @@ class ChatClient:
         message_id = message.get("id")
         self._set_messages([message if m.get("id") == message_id else m for m in self.messages])
 
-    async def _settle_from_history(self, reply: Reply) -> None:
+    async def _settle_from_history(self, reply: Reply, *, final: bool = False) -> None:
+        """End a reply whose stream the server no longer had after a reconnect."""
         version = self._transcript_version
         try:
             messages = await fetch_history(self.base_url, self.agent, self.name, http=self._http)
@@ -859,6 +885,17 @@ class ChatClient:
             self._retire(reply)
             return
         answer = self._answer_to(messages, reply)
+        if answer is None and not final and reply._request_frame is not None:
+            # Not answered yet. The server may not have had the request when it said it was
+            # idle (it was still on its way), or may never have got it. Wait for the turn's
+            # frames, which now come live; resend a request that never arrived (the server
+            # knows a request by its id, so a copy still in flight is not run twice).
+            reply._recovering = False
+            stored = {m.get("id") for m in messages}
+            if reply.user_message_id not in stored or reply._stale_ids & stored:
+                await self._send(reply._request_frame)
+            self._spawn(self._await_turn(reply))
+            return
         if answer is not None:
             reply._adopt(answer)
         else:
@@ -870,6 +907,13 @@ class ChatClient:
         if version == self._transcript_version:
             self._set_transcript(messages)
 
+    async def _await_turn(self, reply: Reply) -> None:
+        try:
+            async with asyncio.timeout(_TURN_WAIT):
+                await reply.wait()
+        except TimeoutError:
+            await self._settle_from_history(reply, final=True)
+
     @staticmethod
     def _answer_to(messages: list[UIMessage], reply: Reply) -> UIMessage | None:
         ids = [m.get("id") for m in messages]
@@ -877,7 +921,11 @@ class ChatClient:
             return messages[ids.index(reply.message_id)]
         if reply.user_message_id is not None and reply.user_message_id in ids:
             following = ids.index(reply.user_message_id) + 1
-            if following < len(messages) and messages[following].get("role") == "assistant":
+            if (
+                following < len(messages)
+                and messages[following].get("role") == "assistant"
+                and ids[following] not in reply._stale_ids
+            ):
                 return messages[following]
         return None
 

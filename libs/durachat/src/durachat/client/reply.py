@@ -47,9 +47,10 @@ class Reply:
     starts from the first chunk, so a reply may be iterated several times and after it ended.
     The chunks are also assembled into the assistant message (`message()`, `text()`).
 
-    Chunks are deduplicated by the frames' `seq`, so a reply that survives a reconnect and its
-    replay yields every chunk once. A replayed `start` chunk that is not a duplicate restarts
-    the assembled message (a server without `seq` replays the whole stream).
+    Chunks are ordered by the frames' `seq`: duplicates (a replay after a reconnect) are
+    dropped, and a gap makes the client ask the server for a replay, so every chunk is yielded
+    once, in order. A replayed `start` chunk that is not a duplicate restarts the assembled
+    message (a server without `seq` replays the whole stream).
 
     Replies are created by `ChatClient`, never directly.
 
@@ -87,7 +88,11 @@ class Reply:
         self.user_message_id = user_message_id
         self._canceller = canceller
         self._chunks: list[UIChunk] = []
-        self._seqs: set[int] = set()
+        self._next_seq = 0
+        self._gap = False
+        self._repair_requested = False
+        self._request_frame: JSONDict | None = None
+        self._stale_ids: frozenset[str] = frozenset()
         self._accumulator: StreamAccumulator | None = None
         self._received = False
         self._recovering = False
@@ -198,6 +203,9 @@ class Reply:
             changed = self._apply(body, frame, seed)
         if frame.get("replayComplete") is True:
             self.replaying = False
+        if frame.get("done") is True and not replay and self.replaying:
+            # A live end overtaking the replay asked for: the replay ends with its own.
+            return changed
         if frame.get("done") is True:
             if replay and self._recovering and self._replayed_chunks == 0:
                 # The server no longer has this stream; the transcript must tell how it ended.
@@ -210,9 +218,17 @@ class Reply:
     def _apply(self, body: str, frame: JSONDict, seed: UIMessage | None) -> bool:
         seq = frame.get("seq")
         if isinstance(seq, int) and not isinstance(seq, bool):
-            if seq in self._seqs:
+            if seq < self._next_seq:
                 return False
-            self._seqs.add(seq)
+            if seq > self._next_seq and frame.get("replay") is not True:
+                # Chunks are missing: a replay brings them (the one under way, or one the client
+                # asks for). If asking did not help, go on with what there is.
+                if self.replaying:
+                    return False
+                if not self._repair_requested:
+                    self._gap = True
+                    return False
+            self._next_seq = seq + 1
         try:
             chunk = json.loads(body)
         except ValueError:
