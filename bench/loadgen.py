@@ -59,6 +59,7 @@ class Request:
     expected: int
     sent_ns: int = 0
     first_delta_ns: int = 0
+    last_ns: int = 0
     done_ns: int = 0
     deltas: int = 0
     next_seq: int = 0
@@ -92,6 +93,7 @@ class Request:
             "total_ms": (self.done_ns - self.sent_ns) / 1e6 if self.done_ns else None,
             "sent_ns": self.sent_ns,
             "done_ns": self.done_ns,
+            "last_ns": self.last_ns,
             "deltas": self.deltas,
             "expected": self.expected,
             "errors": errors,
@@ -135,6 +137,7 @@ class Conversation:
             if request is None or frame.get("id") != request.id:
                 self.stray += 1
                 return
+            request.last_ns = now
             seq = frame.get("seq")
             if seq is not None:
                 if seq != request.next_seq:
@@ -330,7 +333,12 @@ class Worker:
         identity_ms: list[float] = []
         failures: list[str] = []
         stray = 0
+        deadline = time.monotonic() + command.get("budget_s", 1e9)
+        skipped = 0
         for i, name in enumerate(command["names"]):
+            if time.monotonic() > deadline:
+                skipped += 1
+                continue
             conv = Conversation(name, samples)
             try:
                 identity_ms.append((await conv.open(host, port, agent, deflate=deflate))["identity_ms"])
@@ -346,6 +354,7 @@ class Worker:
             "connect": {"identity_ms": identity_ms, "open_ms": [], "failures": failures},
             "requests": requests,
             "stray_frames": stray,
+            "skipped_over_budget": skipped,
         }
 
     async def idle(self, command: Command) -> dict[str, Any]:

@@ -29,7 +29,9 @@ class Params:
     idle_conversations: int = 200
     client_procs: int = 2
     deflate: bool = True
-    timeout: float = 60.0
+    timeout: float = 30.0
+    """Seconds to wait for one reply's terminal frame before counting it as timed out."""
+    sequential_budget: float = 90.0
     connect_concurrency: int = 50
     quick: bool = False
 
@@ -138,7 +140,7 @@ class Runner:
         params = self.params
         command = _command(
             self.target, params, "sequential", self.names("seq", params.sequential),
-            per_conversation=2, words=params.ttft_words,
+            per_conversation=2, words=params.ttft_words, budget_s=params.sequential_budget,
         )
         cpu = CpuMeter(self.target.procs)
         cpu.start()
@@ -146,6 +148,7 @@ class Runner:
         usage = cpu.stop()
         requests = result["requests"]
         return {
+            "skipped_over_budget": result["skipped_over_budget"],
             "cold": _ttft([r for r in requests if r["round"] == 0]),
             "warm": _ttft([r for r in requests if r["round"] == 1]),
             "total_ms": summary([r["total_ms"] for r in requests if r["total_ms"] is not None]),
@@ -201,8 +204,10 @@ class Runner:
         measured = [r for r in requests if r["round"] >= 0]
         warm = [r for r in requests if r["round"] < 0]
         start = min(res["window_ns"][0] for res in results)
-        end = max(res["window_ns"][1] for res in results)
+        # The window ends with the last frame received, not when a lost reply timed out.
+        end = max([r["last_ns"] for r in measured if r["last_ns"]] or [start])
         window_s = (end - start) / 1e9
+        rounds_end = max(res["window_ns"][1] for res in results)
         deltas = sum(r["deltas"] for r in measured)
         latency_us = [
             v for res in results for r, values in res["latency_us"].items() if int(r) >= 0 for v in values
@@ -229,6 +234,7 @@ class Runner:
             "deltas": deltas,
             "expected_deltas": sum(r["expected"] for r in measured),
             "window_s": window_s,
+            "rounds_wall_s": (rounds_end - start) / 1e9,
             "chunks_per_s": deltas / window_s if window_s > 0 else None,
             "errors": {
                 "requests_with_errors": sum(1 for r in measured if r["errors"]),

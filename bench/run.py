@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -54,7 +55,7 @@ def make_params(args: argparse.Namespace) -> Params:
     if args.quick:
         params = Params(
             conversations=20, rounds=1, sequential=5, burst=10, idle_connections=100,
-            idle_conversations=10, timeout=30.0, quick=True,
+            idle_conversations=10, timeout=20.0, sequential_budget=30.0, quick=True,
         )
     else:
         params = Params()
@@ -87,6 +88,19 @@ def git_commit() -> str | None:
     except OSError:
         pass
     return None
+
+
+def source_digest() -> str:
+    """SHA-256 over the project's Python sources (the working tree may differ from the commit)."""
+    digest = hashlib.sha256()
+    roots = [REPO_ROOT / "libs", REPO_ROOT / "services", REPO_ROOT / "bench"]
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            digest.update(str(path.relative_to(REPO_ROOT)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def machine() -> dict[str, Any]:
@@ -186,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     document: dict[str, Any] = {
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "git_commit": git_commit(),
+        "source_sha256": source_digest(),
         "machine": machine(),
         "params": {
             **asdict(params),

@@ -302,7 +302,43 @@ async def test_a_repeated_request_id_runs_once(cluster: LocalCluster, conversati
     follow_up = chat_request([user_message("next")])
     await a.send(follow_up)
     await a.wait_done(follow_up["id"])
-    assert [f for f in a.frames[mark:] if f.get("id") == request["id"]] == []
+    # The retry is only told how its request ended; no turn runs again.
+    repeat = [f for f in a.frames[mark:] if f.get("id") == request["id"]]
+    assert [f.get("done") for f in repeat] == [True]
+    assert "seq" not in repeat[0]
     history = await get_messages(cluster.urls[0], AGENT, conversation)
     assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]
+    await a.close()
+
+
+async def test_a_queued_request_does_not_hide_the_running_stream(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    a = await WsClient.connect(cluster.urls[0], AGENT, conversation)
+    u1 = user_message("slow first")
+    r1 = chat_request([u1])
+    await a.send(r1)
+    await a.wait_for(lambda f: f.get("id") == r1["id"] and f.get("seq") == 2, timeout=20)
+    r2 = chat_request([u1, user_message("queued second")])
+    await a.send(r2)
+    # A tab opening now is offered the stream that is running, not the queued one.
+    b = await WsClient.connect(cluster.urls[1], AGENT, conversation)
+    offer = await b.wait_for(lambda f: f.get("type") == "cf_agent_stream_resuming")
+    assert offer["id"] == r1["id"]
+    await a.wait_done(r2["id"], timeout=30)
+    await a.close()
+    await b.close()
+
+
+async def test_clear_during_a_stream_keeps_nothing_of_it(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    a = await WsClient.connect(cluster.urls[0], AGENT, conversation)
+    request = chat_request([user_message("slow and then cleared")])
+    await a.send(request)
+    await a.wait_for(lambda f: f.get("id") == request["id"] and f.get("seq") == 3, timeout=20)
+    await a.send({"type": "cf_agent_chat_clear"})
+    done = await a.wait_done(request["id"])
+    assert done["outcome"] == "aborted"
+    assert await get_messages(cluster.urls[0], AGENT, conversation) == []
     await a.close()

@@ -46,10 +46,6 @@ class Frames:
                 self._arrived.clear()
                 await self._arrived.wait()
 
-    def of_type(self, frame_type: str) -> list[Frame]:
-        """Every recorded frame of a type."""
-        return [f for f in self.frames if f.get("type") == frame_type]
-
 
 def deltas(chunks: list[Frame]) -> list[str]:
     return [c["delta"] for c in chunks if c.get("type") == "text-delta"]

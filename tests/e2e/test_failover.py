@@ -169,3 +169,27 @@ async def test_a_shard_that_is_not_the_owner_redirects(cluster: LocalCluster) ->
     body = response.json()
     assert body["code"] == "not_owner"
     assert body["owner"] == next(s["id"] for s in shards if s["pid"] == owner.pid)
+
+
+async def test_sigterm_mid_reply_ends_the_stream_cleanly(cluster: LocalCluster) -> None:
+    name = f"drain-{time.time_ns()}"
+    client = await WsClient.connect(cluster.urls[0], AGENT, name)
+    request = chat_request([user_message("slow reply, then a shutdown")])
+    await client.send(request)
+    await client.wait_for(lambda f: f.get("id") == request["id"] and f.get("seq") == 4, timeout=20)
+    owner = await _owner(cluster, name)
+    owner.popen.send_signal(signal.SIGTERM)
+    done = await client.wait_done(request["id"], timeout=15)
+    assert done["outcome"] == "aborted"
+    owner.popen.wait(20)
+    history = await get_messages(cluster.urls[0], AGENT, name)
+    assert [m["role"] for m in history] == ["user", "assistant"]
+    assert history[1]["parts"][-1]["text"] == client.text(request["id"])
+    # Nobody is offered the ended stream as if it were still running.
+    other = await WsClient.connect(cluster.urls[1], AGENT, name)
+    await other.send({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
+    answer = await other.wait_for(lambda f: f.get("probeId") == "p1")
+    assert answer["type"] == "cf_agent_stream_resume_none"
+    await client.close()
+    await other.close()
+    _replace(cluster, owner)

@@ -75,3 +75,17 @@ async def test_lease_epochs_fence_and_takeover(redis: Redis, key_prefix: str) ->
     assert await b.renew(conv)
     await b.release(conv)
     assert await redis.get(conv.lease) is None
+
+
+async def test_epoch_can_move_past_what_the_database_saw(redis: Redis, key_prefix: str) -> None:
+    cluster = ClusterKeys(key_prefix)
+    conv = ConversationKeys(key_prefix, "lost")
+    leases = Leases(redis, cluster, "a", ttl=5)
+    grant = await leases.acquire(conv)
+    assert grant.epoch == 1
+    # Redis forgot: the database already saw epoch 7.
+    assert await leases.advance_epoch(conv, 8) == 8
+    assert await leases.advance_epoch(conv, 3) == 9
+    other = Leases(redis, cluster, "b", ttl=5)
+    with pytest.raises(LeaseHeldError):
+        await other.advance_epoch(conv, 20)

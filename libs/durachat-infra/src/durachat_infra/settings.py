@@ -52,7 +52,13 @@ class ShardSettings(CommonSettings, ClusterTiming):
 
     shard_id: str = Field(default_factory=lambda: f"shard-{uuid.uuid4().hex[:8]}")
     host: str = Field(default="127.0.0.1", validation_alias="DURACHAT_SHARD_HOST")
-    """Address the shard's internal API binds to (gateways connect to it)."""
+    """Address the shard's internal API binds to."""
+
+    advertise_host: str | None = Field(
+        default=None, validation_alias="DURACHAT_SHARD_ADVERTISE_HOST"
+    )
+    """Address gateways use to reach the shard (defaults to the bound address; set it when
+    binding 0.0.0.0, e.g. to the pod IP)."""
 
     port: int = Field(default=0, validation_alias="DURACHAT_SHARD_PORT")
     """Port of the internal API; 0 picks a free one and registers it."""
@@ -74,7 +80,7 @@ class GatewaySettings(CommonSettings, ClusterTiming):
     """Settings of a gateway process."""
 
     gateway_id: str = Field(default_factory=lambda: f"gw-{uuid.uuid4().hex[:8]}")
-    host: str = Field(default="127.0.0.1", validation_alias="HOST")
+    host: str = Field(default="127.0.0.1", validation_alias="DURACHAT_HOST")
     port: int = Field(default=8080, validation_alias="PORT")
     tenant: str = "default"
     """Tenant that unauthenticated connections belong to."""
@@ -83,7 +89,8 @@ class GatewaySettings(CommonSettings, ClusterTiming):
     """Seconds a client frame may take to reach its owner shard, redirects and retries included."""
 
     send_queue_limit: int = 4096
-    """Frames buffered for one slow client before it is told to resync."""
+    """Frames buffered for one slow client; past that it is disconnected (close code 1013) and
+    resumes from the event log when it reconnects."""
 
     max_frame_bytes: int = 4 * 1024 * 1024
     """Largest client frame accepted."""
@@ -91,9 +98,6 @@ class GatewaySettings(CommonSettings, ClusterTiming):
 
 class JobsSettings(CommonSettings):
     """Settings of the jobs worker."""
-
-    stream_retention: float = 600.0
-    """Seconds a finished stream's entries stay replayable in the event log."""
 
 
 def process_env(**overrides: str) -> dict[str, str]:

@@ -225,7 +225,8 @@ async def _serve(
         if text is None:
             _error(conn, "binary_frame", "frames must be JSON text")
             continue
-        if len(text) > limit:
+        # Measured in characters first: only a frame that might be too large is encoded.
+        if len(text) * 4 > limit and len(text.encode()) > limit:
             _error(conn, "frame_too_large", f"frames are limited to {limit} bytes")
             continue
         try:

@@ -55,6 +55,8 @@ class Channel:
                 for conn in list(self.connections.values()):
                     if conn.pending_resume is not None or not is_for(entry.target, conn.id):
                         continue
+                    if conn.replayed is not None and _already_replayed(conn, entry):
+                        continue
                     if conn.replaying:
                         conn.buffer.append(entry)
                     else:
@@ -163,16 +165,25 @@ class Channel:
                     **tail,
                 }
             )
+        conn.replayed = (request_id, last)
         for entry in conn.buffer:
-            replayed = (
-                entry.request == request_id
-                and entry.kind in (Kind.CHUNK, Kind.TERMINAL)
-                and entry_id_key(entry.id) <= last
-            )
-            if not replayed:
+            if not _already_replayed(conn, entry):
                 conn.send(entry.frame)
         conn.buffer = []
         conn.replaying = False
+
+
+def _already_replayed(conn: ClientConnection, entry: LogEntry) -> bool:
+    """Whether `entry` went to `conn` in its last replay (so must not go again live)."""
+    assert conn.replayed is not None
+    request_id, last = conn.replayed
+    if entry.request != request_id or entry.kind not in (Kind.CHUNK, Kind.TERMINAL):
+        return False
+    if entry_id_key(entry.id) <= last:
+        return True
+    # Entries come in log order: past the replay's end, nothing more can repeat.
+    conn.replayed = None
+    return False
 
 
 class Channels:

@@ -38,6 +38,9 @@ class ClientConnection:
         self.replaying = False
         self.buffer: list[LogEntry] = []
         """Entries that arrived while a replay was being read."""
+        self.replayed: tuple[str, tuple[int, int]] | None = None
+        """(request id, last entry id) of the last replay: live entries of that request up to
+        there were already sent as replay and are skipped if the log reader delivers them late."""
         self.forwarding: asyncio.Lock = asyncio.Lock()
 
     def start(self) -> None:

@@ -19,6 +19,7 @@ from durachat.messages import ReplyAssembler, new_assistant_id
 from durachat.models import ModelError
 from durachat.protocol import MessageType
 from durachat.types import JSONDict, UIChunk
+from durachat_infra.eventlog import only
 from durachat_infra.store import FencedError, Store, TurnStatus
 from durachat_shard import metrics
 from durachat_shard.emitter import Emitter
@@ -73,6 +74,9 @@ class ConversationActor:
         self._active: tuple[str, asyncio.Event] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._fenced = False
+        self._stopping = False
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def start(self) -> None:
         """Start handling inputs and turns."""
@@ -81,10 +85,17 @@ class ConversationActor:
             asyncio.create_task(self._turn_loop(), name=f"conv-{self.conversation_id}-turns"),
         ]
 
-    async def stop(self) -> None:
-        """Abort the running turn and stop."""
-        if self._active is not None:
-            self._active[1].set()
+    async def stop(self, *, timeout: float = 5.0) -> None:
+        """Stop: handle the inputs already received, end the running turn cleanly (aborted, its
+        partial reply stored and its stream closed), skip queued turns, then stop the tasks."""
+        self._stopping = True
+        if not self._fenced:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._inbox.join(), timeout)
+            if self._active is not None:
+                self._active[1].set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), timeout)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -128,6 +139,8 @@ class ConversationActor:
                 return
             except Exception:
                 log.exception("conversation %s: input failed", self.conversation_id)
+            finally:
+                self._inbox.task_done()
 
     def _reject(self, connection_id: str, frame: JSONDict, exc: FrameError) -> None:
         request_id = frame.get("id")
@@ -170,6 +183,12 @@ class ConversationActor:
             raise FrameError("unsupported_frame", f"frame type {kind!r} is not supported")
 
     async def _accept(self, requester: str, request: ChatRequest) -> None:
+        announce = self._active is None and self._turns.empty()
+        if announce:
+            # Announced before anything else, so a client reconnecting right after sending is
+            # told to wait for this turn. While a turn streams, its stream stays the one clients
+            # resume; a queued turn announces itself when it starts streaming.
+            self.emit.pending(request.request_id)
         async with self.store.transaction(self.conversation_id, self.epoch) as tx:
             fresh = await tx.begin_turn(
                 request.request_id,
@@ -180,14 +199,32 @@ class ConversationActor:
             if fresh:
                 await tx.save_request_context(request.body, request.client_tools)
         if not fresh:
-            log.info("request %s already accepted; ignoring the repeat", request.request_id)
+            if announce:
+                self.emit.idle(request.request_id)
+            await self._answer_repeat(requester, request)
             return
-        self.emit.pending(request.request_id)
         merged = await self.transcript.persist(request.messages, truncate=True)
         self.agent.messages = self.transcript.messages
         self.emit.messages(merged, exclude=requester)
         anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
         self._turns.put_nowait(_QueuedTurn(request, requester, self._generation, anchor))
+
+    async def _answer_repeat(self, requester: str, request: ChatRequest) -> None:
+        """A request id seen before (a retry): it never runs twice; a finished one is told its
+        outcome again so the retrying client can settle."""
+        log.info("request %s already accepted; not running it again", request.request_id)
+        record = await self.store.get_turn(self.conversation_id, request.request_id)
+        if record is None or record.status in ("accepted", "running"):
+            return
+        self.emit.terminal(
+            request.request_id,
+            outcome=None if record.status == "completed" else record.status,
+            message_ids=request.user_message_ids,
+            continuation=False,
+            streamed=False,
+            target=only(requester),
+            change_state=False,
+        )
 
     async def _clear(self, connection_id: str) -> None:
         self._generation += 1
@@ -195,27 +232,33 @@ class ConversationActor:
             self._active[1].set()
         while not self._turns.empty():
             skipped = self._turns.get_nowait()
-            self._skip(skipped)
+            await self._skip(skipped)
         await self.transcript.clear()
         self.agent.messages = []
         self.emit.clear(exclude=connection_id)
 
-    def _skip(self, queued: _QueuedTurn) -> None:
+    async def _skip(self, queued: _QueuedTurn) -> None:
+        async with self.store.transaction(self.conversation_id, self.epoch) as tx:
+            await tx.update_turn(queued.request.request_id, status="skipped")
         self.emit.terminal(
             queued.request.request_id,
             outcome="skipped",
             message_ids=queued.request.user_message_ids,
             continuation=False,
             streamed=False,
-            target=f"={queued.requester}",
+            target=only(queued.requester),
         )
 
     async def _turn_loop(self) -> None:
         while True:
             queued = await self._turns.get()
             if queued.generation != self._generation:
-                self._skip(queued)
+                await self._skip(queued)
                 continue
+            if self._stopping:
+                await self._skip(queued)
+                continue
+            self._idle.clear()
             try:
                 await self._run_turn(queued)
             except FencedError:
@@ -227,6 +270,7 @@ class ConversationActor:
                 log.exception("conversation %s: turn failed", self.conversation_id)
             finally:
                 self._active = None
+                self._idle.set()
                 self.last_active = time.monotonic()
 
     async def _run_turn(self, queued: _QueuedTurn) -> None:
@@ -312,7 +356,8 @@ class ConversationActor:
             )
         metrics.TURNS.labels(outcome).inc()
         reply = assembler.message
-        if assembler.has_parts:
+        cleared = queued.generation != self._generation
+        if assembler.has_parts and not cleared:
             await self.transcript.put_reply(reply, anchor=queued.anchor)
             self.agent.messages = self.transcript.messages
             self.emit.messages(self.transcript.messages, exclude=queued.requester)

@@ -116,8 +116,10 @@ class Emitter:
         continuation: bool,
         streamed: bool,
         target: str = ALL,
+        change_state: bool = True,
     ) -> None:
-        """The terminal `done` frame of a request; ends its stream."""
+        """The terminal `done` frame of a request; ends its stream (unless `change_state` is
+        False: a frame that only settles one client)."""
         frame: dict[str, Any] = {
             "body": "",
             "done": True,
@@ -136,7 +138,7 @@ class Emitter:
             _dumps(frame),
             request=request_id,
             target=target,
-            state={"status": "done" if streamed else "idle"},
+            state=({"status": "done" if streamed else "idle"} if change_state else None),
         )
 
     def to(self, connection_id: str, frame: dict[str, Any]) -> None:

@@ -90,8 +90,7 @@ class Conversations:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for key in list(self._held):
-            await self._release(key)
+        await asyncio.gather(*(self._release(key) for key in list(self._held)))
 
     async def get(self, key: ConversationKey) -> ConversationActor:
         """The actor of `key`, activating it if needed.
@@ -99,13 +98,16 @@ class Conversations:
         Raises `NotOwnerError` when another shard owns the conversation and
         `UnknownAgentError` when the agent is not served here.
         """
+        if self._draining:
+            # Gateways retry elsewhere once this shard has left the membership.
+            raise NotOwnerError(None)
         held = self._held.get(key)
         if held is not None and not held.actor.fenced:
             return held.actor
         if held is not None:
             await self._release(key)
         owner = self._view.owner(routing_key(key))
-        if owner is None or owner.id != self._shard_id or self._draining:
+        if owner is None or owner.id != self._shard_id:
             raise NotOwnerError(None if owner is None else owner.id)
         pending = self._activating.get(key)
         if pending is None:
@@ -142,20 +144,28 @@ class Conversations:
                     raise NotOwnerError(exc.holder) from exc
                 await asyncio.sleep(0.05)
         conversation = await self._store.get_or_create_conversation(key)
+        epoch = grant.epoch
         try:
-            await self._store.claim(conversation.id, grant.epoch)
-        except FencedError:
-            await self._leases.release(keys)
-            raise
+            await self._store.claim(conversation.id, epoch)
+        except FencedError as exc:
+            # The database has seen a newer epoch than Redis hands out: Redis lost its data.
+            # Holding the lease, this shard is the rightful owner; move past the stored epoch.
+            log.warning("epoch counter behind the database for %s; advancing it", key)
+            try:
+                epoch = await self._leases.advance_epoch(keys, exc.current_epoch + 1)
+                await self._store.claim(conversation.id, epoch)
+            except BaseException:
+                await self._leases.release(keys)
+                raise
         stored = await self._store.load_path(conversation.id)
         transcript = Transcript(
-            self._store, conversation.id, grant.epoch, [(m.pk, m.message) for m in stored]
+            self._store, conversation.id, epoch, [(m.pk, m.message) for m in stored]
         )
         agent = agent_cls(key.name, model=self._model)
         agent.messages = transcript.messages
         actor = ConversationActor(
             conversation_id=conversation.id,
-            epoch=grant.epoch,
+            epoch=epoch,
             shard_id=self._shard_id,
             agent=agent,
             transcript=transcript,
@@ -165,7 +175,7 @@ class Conversations:
         actor.start()
         held = _Held(key, keys, actor)
         self._held[key] = held
-        log.info("activated %s/%s/%s at epoch %d", key.tenant, key.agent, key.name, grant.epoch)
+        log.info("activated %s/%s/%s at epoch %d", key.tenant, key.agent, key.name, epoch)
         return held
 
     async def _release(self, key: ConversationKey) -> None:

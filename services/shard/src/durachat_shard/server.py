@@ -85,7 +85,7 @@ async def serve(settings: ShardSettings) -> None:
         ShardInfo(
             id=settings.shard_id,
             pid=os.getpid(),
-            address=f"{host}:{port}",
+            address=f"{settings.advertise_host or host}:{port}",
             started_at=time.time(),
             agents=tuple(agents.names()),
         ),

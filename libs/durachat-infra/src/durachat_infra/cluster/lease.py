@@ -31,6 +31,18 @@ end
 return 0
 """
 
+# KEYS: lease, epoch. ARGV: shard id, minimum epoch. Moves the epoch counter past a value the
+# database has already seen (after Redis lost its data); only the lease holder may.
+_ADVANCE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local current = tonumber(redis.call('GET', KEYS[2]) or '0')
+if current < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], ARGV[2])
+  return tonumber(ARGV[2])
+end
+return redis.call('INCR', KEYS[2])
+"""
+
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
@@ -67,6 +79,7 @@ class Leases:
         self._acquire = redis.register_script(_ACQUIRE)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
+        self._advance = redis.register_script(_ADVANCE)
 
     async def acquire(self, keys: ConversationKeys) -> LeaseGrant:
         """Take the lease (or confirm it); raises `LeaseHeldError` if a live shard holds it.
@@ -86,6 +99,19 @@ class Leases:
             keys=[keys.lease, keys.epoch], args=[self._shard_id, self._ttl_ms, "1"]
         )
         return LeaseGrant(epoch=int(result[0]), fresh=bool(int(result[1])))
+
+    async def advance_epoch(self, keys: ConversationKeys, at_least: int) -> int:
+        """Take a fresh epoch of at least `at_least` for a held lease.
+
+        Needed when the database has seen a higher epoch than Redis' counter, which happens
+        after Redis lost its data. Raises `LeaseHeldError` if the lease was lost meanwhile.
+        """
+        epoch = int(
+            await self._advance(keys=[keys.lease, keys.epoch], args=[self._shard_id, str(at_least)])
+        )
+        if epoch < 0:
+            raise LeaseHeldError("another shard")
+        return epoch
 
     async def renew(self, keys: ConversationKeys) -> bool:
         """Extend the lease; False if it was lost."""

@@ -713,6 +713,8 @@ class ChatClient:
             log.exception("chat %s: recovery failed", self.name)
 
     def _closing_now(self) -> bool:
+        # Read through a call: close() may run during an await, which a type checker that
+        # narrowed `self._closing` before that await cannot see.
         return self._closing
 
     def _shutdown(self, error: ClientError) -> None:

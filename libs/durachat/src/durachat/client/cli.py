@@ -159,48 +159,51 @@ def _interactive(args: argparse.Namespace) -> int:
                 _err(f"{args.agent}/{args.name} at {args.url}. /help for commands, Ctrl-D quits.")
                 if earlier:
                     _err(f"({earlier} earlier messages; /history shows them)")
-            _prompt_loop(loop, client)
+            return _prompt_loop(loop, client)
         finally:
             loop.run(client.close())
     finally:
         loop.close()
-    return 0
 
 
-def _prompt_loop(loop: _Loop, client: ChatClient) -> None:
+def _prompt_loop(loop: _Loop, client: ChatClient) -> int:
     while True:
         try:
             line = input("you> ").strip()
         except EOFError:
             _out("")
-            return
+            return 0
         except KeyboardInterrupt:
             _out("")
             continue
-        if not line:
-            continue
-        if not line.startswith("/"):
-            _follow(loop, client, loop.run(client.send(line)))
-            continue
-        command = line.split()[0].lower()
-        if command in ("/quit", "/exit"):
-            return
-        if command == "/help":
-            _err(HELP)
-        elif command == "/history":
-            _print_transcript(loop.run(client.history()), sys.stdout)
-        elif command == "/clear":
-            loop.run(client.clear())
-            _err("(conversation cleared)")
-        elif command == "/regenerate":
-            try:
-                reply = loop.run(client.regenerate())
-            except ClientError as exc:
-                _err(f"error: {exc.message}")
-                continue
-            _follow(loop, client, reply)
-        else:
-            _err(f"unknown command {command} (/help lists them)")
+        if line in ("/quit", "/exit"):
+            return 0
+        try:
+            _run_line(loop, client, line)
+        except ClientError as exc:
+            _err(f"error: {exc.message}")
+            if exc.code in ("closed", "disconnected"):
+                return 1
+
+
+def _run_line(loop: _Loop, client: ChatClient, line: str) -> None:
+    if not line:
+        return
+    if not line.startswith("/"):
+        _follow(loop, client, loop.run(client.send(line)))
+        return
+    command = line.split(maxsplit=1)[0].lower()
+    if command == "/help":
+        _err(HELP)
+    elif command == "/history":
+        _print_transcript(loop.run(client.history()), sys.stdout)
+    elif command == "/clear":
+        loop.run(client.clear())
+        _err("(conversation cleared)")
+    elif command == "/regenerate":
+        _follow(loop, client, loop.run(client.regenerate()))
+    else:
+        _err(f"unknown command {command} (/help lists them)")
 
 
 def _follow(loop: _Loop, client: ChatClient, reply: Reply) -> Outcome:

@@ -62,6 +62,7 @@ class Reply:
             `"error"` or `"skipped"` (the server dropped the request without running it).
         error: The error the reply ended with, if any.
         replaying: True while the server is replaying stored chunks to this client.
+        user_message_id: The id of the user message the reply answers (own replies only).
     """
 
     def __init__(
