@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import secrets
+import signal
 import time
 from typing import Any
 
@@ -279,7 +280,9 @@ def main() -> None:
     if args.role == "producer":
         import uvloop
 
-        with contextlib.suppress(KeyboardInterrupt):
+        # Stop cleanly on SIGTERM so a profiled producer gets to write its stats.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
             uvloop.run(producer(args.redis, args.prefix))
     else:
         import uvicorn

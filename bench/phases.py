@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import statistics
 import time
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.loadgen import ClientPool, Command
-from bench.procs import CpuMeter, Proc, status_kib
+from bench.procs import CpuMeter, Proc, status_kib, system_cpu
 from bench.stats import percentile, summary
 from bench.targets import Target
 
@@ -66,6 +67,52 @@ def _request_errors(requests: list[dict[str, Any]]) -> dict[str, int]:
 def _ttft(requests: list[dict[str, Any]]) -> dict[str, Any]:
     values = [r["ttft_ms"] for r in requests if r["ttft_ms"] is not None]
     return {**summary(values), "errors": _request_errors(requests)}
+
+
+class RedisStats:
+    """`INFO commandstats` of the target's Redis over a window (calls and µs per command)."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+
+    def _client(self) -> Any:
+        from redis import Redis
+
+        return Redis.from_url(self.url, decode_responses=True, socket_timeout=5)
+
+    def reset(self) -> None:
+        """CONFIG RESETSTAT (best effort)."""
+        if self.url is None:
+            return
+        with contextlib.suppress(Exception), self._client() as client:
+            client.config_resetstat()
+
+    def read(self) -> dict[str, Any]:
+        """Calls and total µs per command since the reset, busiest first."""
+        if self.url is None:
+            return {}
+        try:
+            with self._client() as client:
+                stats = client.info("commandstats")
+        except Exception:
+            return {}
+        rows = sorted(stats.items(), key=lambda kv: -kv[1]["usec"])
+        return {
+            name.removeprefix("cmdstat_"): {
+                "calls": v["calls"],
+                "usec": v["usec"],
+                "usec_per_call": v["usec_per_call"],
+            }
+            for name, v in rows
+        }
+
+
+def machine_busy(seconds: float = 2.0) -> float:
+    """Percent of one core the whole machine was busy over `seconds` (before a target starts)."""
+    busy0, _ = system_cpu()
+    time.sleep(seconds)
+    busy1, _ = system_cpu()
+    return 100 * (busy1 - busy0) / seconds
 
 
 class Runner:
@@ -192,12 +239,16 @@ class Runner:
         clients = [Proc("client", f"client-{i}", pid) for i, pid in enumerate(self.pool.pids)]
         meter = CpuMeter(self.target.procs + clients)
         usage: dict[str, Any] = {}
+        commands_stats: dict[str, Any] = {}
+        redis = RedisStats(self.target.redis_url)
 
         def on_mark(label: str) -> None:
             if label == "measure-start":
                 meter.start()
+                redis.reset()
             elif label == "measure-end":
                 usage.update(meter.stop())
+                commands_stats.update(redis.read())
 
         results = self.pool.run(commands, timeout=600, on_mark=on_mark)
         requests = [r for res in results for r in res["requests"]]
@@ -247,6 +298,10 @@ class Runner:
                 "durachat_error_frames": sum(res["other_errors"] for res in results),
             },
             "cpu": usage,
+            "redis_commands": commands_stats,
+            "redis_calls_per_delta": {
+                name: round(v["calls"] / deltas, 3) for name, v in commands_stats.items()
+            } if deltas else {},
             "cpu_us_per_delta": {
                 name: (1e6 * s / deltas) if s is not None and deltas else None
                 for name, s in cpu_s.items()

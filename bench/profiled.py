@@ -19,7 +19,7 @@ def main() -> None:
     """Run the target module as `__main__` with the profiler on."""
     module = os.environ["BENCH_PROFILE_MODULE"]
     out = os.environ["BENCH_PROFILE_OUT"]
-    sys.argv = [module]
+    sys.argv = [module, *sys.argv[1:]]
 
     def stop(signum: int, frame: FrameType | None) -> None:
         # uvicorn re-raises the SIGTERM it captured after its graceful shutdown; without a

@@ -20,7 +20,7 @@ from types import FrameType
 from typing import Any
 
 from bench.loadgen import ClientPool
-from bench.phases import Params, Runner
+from bench.phases import Params, Runner, machine_busy
 from bench.procs import REPO_ROOT, Cleanup, loadavg
 from bench.report import reference_rows, render, rows
 from bench.targets import Target, remove_tree, start_baseline, start_durachat
@@ -217,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         pool = ClientPool(params.client_procs)
         cleanup.add("load generators", pool.close)
         for name in targets:
+            busy = machine_busy()
+            log(f"machine busy {busy:.0f}% of a core before {name} (other sessions, if any)")
             started_target = time.monotonic()
             log(f"starting {name} ...")
             target: Target | None = None
@@ -226,13 +228,16 @@ def main(argv: list[str] | None = None) -> int:
                         run_dir / "durachat", cleanup, profile=profile, profile_dir=profile_dir
                     )
                 elif name == "baseline":
-                    target = start_baseline(run_dir / "baseline", cleanup)
+                    target = start_baseline(
+                        run_dir / "baseline", cleanup, profile=profile, profile_dir=profile_dir
+                    )
                 else:
                     raise ValueError(f"unknown target {name!r}")
                 startup = time.monotonic() - started_target
                 log(f"{name} up in {startup:.1f}s")
                 result = run_target(target, pool, params)
                 result["startup_s"] = round(startup, 1)
+                result["machine_busy_before_pct"] = round(busy, 1)
                 document["results"][name] = result
             except KeyboardInterrupt:
                 raise

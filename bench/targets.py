@@ -29,6 +29,7 @@ class Target:
     procs: list[Proc] = field(default_factory=list)
     log_dir: Path | None = None
     stop: Callable[[], None] | None = None
+    redis_url: str | None = None
 
 
 class BenchCluster(LocalCluster):
@@ -83,7 +84,7 @@ def start_durachat(
     gateway = next(p for p in procs if p.role == "gateway")
     return Target(
         "durachat", "127.0.0.1", cluster.gateway_ports[0], "bench-agent", gateway, procs,
-        var_dir / "logs", cluster.stop,
+        var_dir / "logs", cluster.stop, cluster.redis_url,
     )
 
 
@@ -102,27 +103,32 @@ def _wait_http(url: str, timeout: float, popens: list[object]) -> None:
             time.sleep(0.1)
 
 
-def start_baseline(var_dir: Path, cleanup: Cleanup) -> Target:
+def _baseline_args(role: str, args: list[str], profile: frozenset[str], out: Path) -> tuple[list[str], dict[str, str]]:
+    if role not in profile:
+        return ["-m", "bench.baseline", role, *args], {}
+    env = {"BENCH_PROFILE_MODULE": "bench.baseline", "BENCH_PROFILE_OUT": str(out / f"{role}.prof")}
+    return ["-m", "bench.profiled", role, *args], env
+
+
+def start_baseline(
+    var_dir: Path, cleanup: Cleanup, *, profile: frozenset[str] = frozenset(), profile_dir: Path | None = None
+) -> Target:
     """Start a Redis (configured like the cluster's), the producer and the relay."""
     redis = RedisServer(var_dir / "redis")
     cleanup.add("baseline redis", redis.stop)
     redis.start()
     assert redis.process is not None
     prefix = f"bb{secrets.token_hex(3)}"
-    env = child_env()
     logs = var_dir / "logs"
-    producer = spawn(
-        ["-m", "bench.baseline", "producer", "--redis", redis.url, "--prefix", prefix],
-        env=env,
-        log=logs / "producer.log",
-    )
+    out = profile_dir or var_dir
+    args, extra = _baseline_args("producer", ["--redis", redis.url, "--prefix", prefix], profile, out)
+    producer = spawn(args, env=child_env(extra), log=logs / "producer.log")
     cleanup.add("baseline producer", lambda: terminate(producer))
     port = free_port()
-    relay = spawn(
-        ["-m", "bench.baseline", "relay", "--redis", redis.url, "--prefix", prefix, "--port", str(port)],
-        env=env,
-        log=logs / "relay.log",
+    args, extra = _baseline_args(
+        "relay", ["--redis", redis.url, "--prefix", prefix, "--port", str(port)], profile, out
     )
+    relay = spawn(args, env=child_env(extra), log=logs / "relay.log")
     cleanup.add("baseline relay", lambda: terminate(relay))
     _wait_http(f"http://127.0.0.1:{port}/healthz", 60, [producer, relay])
     relay_proc = Proc("relay", "relay", relay.pid)
@@ -133,7 +139,9 @@ def start_baseline(var_dir: Path, cleanup: Cleanup) -> Target:
         terminate(producer)
         redis.stop()
 
-    return Target("baseline", "127.0.0.1", port, "bench-agent", relay_proc, procs, logs, stop)
+    return Target(
+        "baseline", "127.0.0.1", port, "bench-agent", relay_proc, procs, logs, stop, redis.url
+    )
 
 
 def remove_tree(path: Path) -> None:

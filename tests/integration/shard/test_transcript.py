@@ -32,15 +32,26 @@ async def _transcript(store: Store, epoch: int = 1) -> Transcript:
     return Transcript(store, conversation.id, epoch, [(m.pk, m.message) for m in stored])
 
 
+async def _persist(t: Transcript, incoming: list[dict[str, object]], *, truncate: bool) -> None:
+    async with t.write() as tx:
+        await t.persist(tx, incoming, truncate=truncate)
+
+
+async def _reply(t: Transcript, message: dict[str, object], *, anchor: str) -> None:
+    async with t.write() as tx:
+        await t.put_reply(tx, message, anchor=anchor)
+
+
 async def _reloaded(store: Store) -> list[str]:
     return [str(m["id"]) for m in await store.transcript(ConversationKey("default", "a", "c"))]
 
 
 async def test_append_and_reply(store: Store) -> None:
     t = await _transcript(store)
-    await t.persist([msg("u1", "user", "hi")], truncate=True)
-    await t.put_reply(msg("a1", "assistant", "hello"), anchor="u1")
-    await t.persist(
+    await _persist(t, [msg("u1", "user", "hi")], truncate=True)
+    await _reply(t, msg("a1", "assistant", "hello"), anchor="u1")
+    await _persist(
+        t,
         [msg("u1", "user", "hi"), msg("a1", "assistant", "hello"), msg("u2", "user", "more")],
         truncate=True,
     )
@@ -49,55 +60,56 @@ async def test_append_and_reply(store: Store) -> None:
 
 async def test_regenerate_moves_the_leaf_back_without_deleting(store: Store) -> None:
     t = await _transcript(store)
-    await t.persist([msg("u1", "user", "hi")], truncate=True)
-    await t.put_reply(msg("a1", "assistant", "first"), anchor="u1")
-    await t.persist([msg("u1", "user", "hi")], truncate=True)
+    await _persist(t, [msg("u1", "user", "hi")], truncate=True)
+    await _reply(t, msg("a1", "assistant", "first"), anchor="u1")
+    await _persist(t, [msg("u1", "user", "hi")], truncate=True)
     assert [m["id"] for m in t.messages] == ["u1"]
-    await t.put_reply(msg("a2", "assistant", "second"), anchor="u1")
+    await _reply(t, msg("a2", "assistant", "second"), anchor="u1")
     assert await _reloaded(store) == ["u1", "a2"]
 
 
 async def test_a_request_with_new_messages_appends_like_the_reference(store: Store) -> None:
     t = await _transcript(store)
-    await t.persist([msg("u1", "user", "one")], truncate=True)
-    await t.put_reply(msg("a1", "assistant", "r1"), anchor="u1")
-    await t.persist(
+    await _persist(t, [msg("u1", "user", "one")], truncate=True)
+    await _reply(t, msg("a1", "assistant", "r1"), anchor="u1")
+    await _persist(
+        t,
         [msg("u1", "user", "one"), msg("a1", "assistant", "r1"), msg("u2", "user", "two")],
         truncate=True,
     )
-    await t.put_reply(msg("a2", "assistant", "r2"), anchor="u2")
-    await t.persist([msg("u3", "user", "three")], truncate=True)
+    await _reply(t, msg("a2", "assistant", "r2"), anchor="u2")
+    await _persist(t, [msg("u3", "user", "three")], truncate=True)
     assert await _reloaded(store) == ["u1", "a1", "u2", "a2", "u3"]
 
 
 async def test_sync_without_truncation_only_updates_and_appends(store: Store) -> None:
     t = await _transcript(store)
-    await t.persist([msg("u1", "user", "one"), msg("u2", "user", "two")], truncate=False)
-    await t.persist([msg("u3", "user", "three")], truncate=False)
+    await _persist(t, [msg("u1", "user", "one"), msg("u2", "user", "two")], truncate=False)
+    await _persist(t, [msg("u3", "user", "three")], truncate=False)
     assert await _reloaded(store) == ["u1", "u2", "u3"]
-    await t.persist([msg("u2", "user", "two edited")], truncate=False)
+    await _persist(t, [msg("u2", "user", "two edited")], truncate=False)
     reloaded = await _transcript(store)
     assert reloaded.messages[1]["parts"] == [{"type": "text", "text": "two edited"}]
 
 
 async def test_reply_to_an_earlier_message_is_spliced_after_it(store: Store) -> None:
     t = await _transcript(store)
-    await t.persist([msg("u1", "user", "one")], truncate=True)
+    await _persist(t, [msg("u1", "user", "one")], truncate=True)
     # A second send arrives while the first reply still streams and without its placeholder.
-    await t.persist([msg("u1", "user", "one"), msg("u2", "user", "two")], truncate=True)
-    await t.put_reply(msg("a1", "assistant", "r1"), anchor="u1")
-    await t.put_reply(msg("a2", "assistant", "r2"), anchor="u2")
+    await _persist(t, [msg("u1", "user", "one"), msg("u2", "user", "two")], truncate=True)
+    await _reply(t, msg("a1", "assistant", "r1"), anchor="u1")
+    await _reply(t, msg("a2", "assistant", "r2"), anchor="u2")
     assert [m["id"] for m in t.messages] == ["u1", "a1", "u2", "a2"]
     assert await _reloaded(store) == ["u1", "a1", "u2", "a2"]
 
 
 async def test_an_empty_placeholder_never_wipes_a_stored_reply(store: Store) -> None:
     t = await _transcript(store)
-    await t.persist([msg("u1", "user", "one")], truncate=True)
-    await t.put_reply(msg("a1", "assistant", "full reply"), anchor="u1")
+    await _persist(t, [msg("u1", "user", "one")], truncate=True)
+    await _reply(t, msg("a1", "assistant", "full reply"), anchor="u1")
     placeholder = {"id": "a1", "role": "assistant", "parts": []}
-    await t.persist(
-        [msg("u1", "user", "one"), placeholder, msg("u2", "user", "two")], truncate=True
+    await _persist(
+        t, [msg("u1", "user", "one"), placeholder, msg("u2", "user", "two")], truncate=True
     )
     reloaded = await _transcript(store)
     assert reloaded.messages[1]["parts"] == [{"type": "text", "text": "full reply"}]
@@ -105,10 +117,10 @@ async def test_an_empty_placeholder_never_wipes_a_stored_reply(store: Store) -> 
 
 async def test_a_former_owner_is_fenced_and_nothing_applies(store: Store) -> None:
     old = await _transcript(store, epoch=1)
-    await old.persist([msg("u1", "user", "one")], truncate=True)
+    await _persist(old, [msg("u1", "user", "one")], truncate=True)
     new = await _transcript(store, epoch=2)
     with pytest.raises(FencedError):
-        await old.put_reply(msg("a1", "assistant", "zombie"), anchor="u1")
+        await _reply(old, msg("a1", "assistant", "zombie"), anchor="u1")
     assert [m["id"] for m in old.messages] == ["u1"]
-    await new.put_reply(msg("a2", "assistant", "owner"), anchor="u1")
+    await _reply(new, msg("a2", "assistant", "owner"), anchor="u1")
     assert await _reloaded(store) == ["u1", "a2"]

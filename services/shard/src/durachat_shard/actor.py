@@ -170,7 +170,8 @@ class ConversationActor:
             await self._accept(connection_id, parse_chat_request(frame))
         elif kind == MessageType.CHAT_MESSAGES.value:
             incoming = parse_messages(frame)
-            merged = await self.transcript.persist(incoming, truncate=False)
+            async with self.transcript.write() as tx:
+                merged = await self.transcript.persist(tx, incoming, truncate=False)
             self.agent.messages = self.transcript.messages
             self.emit.messages(merged, exclude=connection_id)
         elif kind == MessageType.CHAT_CLEAR.value:
@@ -189,7 +190,8 @@ class ConversationActor:
             # told to wait for this turn. While a turn streams, its stream stays the one clients
             # resume; a queued turn announces itself when it starts streaming.
             self.emit.pending(request.request_id)
-        async with self.store.transaction(self.conversation_id, self.epoch) as tx:
+        # One transaction records the turn (idempotent by request id) and stores its messages.
+        async with self.transcript.write() as tx:
             fresh = await tx.begin_turn(
                 request.request_id,
                 kind="regenerate" if request.trigger == "regenerate-message" else "submit",
@@ -198,12 +200,12 @@ class ConversationActor:
             )
             if fresh:
                 await tx.save_request_context(request.body, request.client_tools)
+                merged = await self.transcript.persist(tx, request.messages, truncate=True)
         if not fresh:
             if announce:
                 self.emit.idle(request.request_id)
             await self._answer_repeat(requester, request)
             return
-        merged = await self.transcript.persist(request.messages, truncate=True)
         self.agent.messages = self.transcript.messages
         self.emit.messages(merged, exclude=requester)
         anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
@@ -233,7 +235,8 @@ class ConversationActor:
         while not self._turns.empty():
             skipped = self._turns.get_nowait()
             await self._skip(skipped)
-        await self.transcript.clear()
+        async with self.transcript.write() as tx:
+            await self.transcript.clear(tx)
         self.agent.messages = []
         self.emit.clear(exclude=connection_id)
 
@@ -286,8 +289,6 @@ class ConversationActor:
             client_tools=request.client_tools,
             trigger=request.trigger,
         )
-        async with self.store.transaction(self.conversation_id, self.epoch) as tx:
-            await tx.update_turn(request.request_id, status="running", heartbeat=True)
         assembler = ReplyAssembler(
             {"id": new_assistant_id(), "role": "assistant", "parts": []}, continuation=False
         )
@@ -357,8 +358,15 @@ class ConversationActor:
         metrics.TURNS.labels(outcome).inc()
         reply = assembler.message
         cleared = queued.generation != self._generation
-        if assembler.has_parts and not cleared:
-            await self.transcript.put_reply(reply, anchor=queued.anchor)
+        stored = assembler.has_parts and not cleared
+        # One transaction stores the reply and settles the turn.
+        async with self.transcript.write() as tx:
+            if stored:
+                await self.transcript.put_reply(tx, reply, anchor=queued.anchor)
+            await tx.update_turn(
+                request.request_id, status=outcome, message_id=str(reply["id"]), error=error_text
+            )
+        if stored:
             self.agent.messages = self.transcript.messages
             self.emit.messages(self.transcript.messages, exclude=queued.requester)
         self.emit.terminal(
@@ -368,10 +376,6 @@ class ConversationActor:
             continuation=False,
             streamed=True,
         )
-        async with self.store.transaction(self.conversation_id, self.epoch) as tx:
-            await tx.update_turn(
-                request.request_id, status=outcome, message_id=str(reply["id"]), error=error_text
-            )
 
 
 async def _close(stream: AsyncIterator[UIChunk]) -> None:

@@ -8,9 +8,10 @@ rows, so nothing is lost and the visible transcript has no stale messages.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 
 from durachat.messages import reconcile_messages, resolve_tool_merge_id, sanitize_message
@@ -71,7 +72,20 @@ class Transcript:
         stored = await self._store.load_path(self._conversation_id, self._branch)
         self._nodes = [_Node(m.pk, m.message, _encode(m.message)) for m in stored]
 
-    async def persist(self, incoming: list[UIMessage], *, truncate: bool) -> list[UIMessage]:
+    @contextlib.asynccontextmanager
+    async def write(self) -> AsyncIterator[FencedTransaction]:
+        """One fenced transaction for this conversation. The in-memory path follows the writes
+        made through this transcript; if the transaction fails, it is re-read from SQL."""
+        try:
+            async with self._store.transaction(self._conversation_id, self._epoch) as tx:
+                yield tx
+        except BaseException:
+            await _quietly(self.reload())
+            raise
+
+    async def persist(
+        self, tx: FencedTransaction, incoming: list[UIMessage], *, truncate: bool
+    ) -> list[UIMessage]:
         """Reconcile and store a client's transcript; returns the reconciled incoming list.
 
         With `truncate` (chat requests), an incoming list that is a prefix of the stored path
@@ -89,15 +103,6 @@ class Transcript:
             resolved.append(
                 message if message_id == message.get("id") else {**message, "id": message_id}
             )
-
-        try:
-            await self._persist(resolved, truncate=truncate)
-        except Exception:
-            await _quietly(self.reload())
-            raise
-        return merged
-
-    async def _persist(self, resolved: list[UIMessage], *, truncate: bool) -> None:
         common = 0
         while (
             common < len(resolved)
@@ -105,59 +110,49 @@ class Transcript:
             and resolved[common].get("id") == self._nodes[common].message.get("id")
         ):
             common += 1
-        async with self._store.transaction(self._conversation_id, self._epoch) as tx:
-            # Bodies of messages the lists agree on.
-            for i in range(common):
-                if _is_stale_placeholder(resolved[i], self._nodes[i].message):
-                    continue
+        # Bodies of messages the lists agree on.
+        for i in range(common):
+            if not _is_stale_placeholder(resolved[i], self._nodes[i].message):
                 await self._update(tx, i, resolved[i])
-            rest = resolved[common:]
-            if truncate and not rest and common < len(self._nodes):
-                del self._nodes[common:]
-                await tx.set_leaf(self._branch, self.leaf_pk)
-            else:
-                fresh: list[UIMessage] = []
-                for message in rest:
-                    index = self.index_of(str(message.get("id")))
-                    if index is None:
-                        fresh.append(message)
-                    elif not _is_stale_placeholder(message, self._nodes[index].message):
-                        await self._update(tx, index, message)
-                if fresh:
-                    await self._insert(tx, self.leaf_pk, fresh)
-                    await tx.set_leaf(self._branch, self.leaf_pk)
+        rest = resolved[common:]
+        if truncate and not rest and common < len(self._nodes):
+            del self._nodes[common:]
+            await tx.set_leaf(self._branch, self.leaf_pk)
+            return merged
+        fresh: list[UIMessage] = []
+        for message in rest:
+            index = self.index_of(str(message.get("id")))
+            if index is None:
+                fresh.append(message)
+            elif not _is_stale_placeholder(message, self._nodes[index].message):
+                await self._update(tx, index, message)
+        if fresh:
+            await self._insert(tx, self.leaf_pk, fresh)
+            await tx.set_leaf(self._branch, self.leaf_pk)
+        return merged
 
-    async def put_reply(self, message: UIMessage, *, anchor: str | None) -> None:
+    async def put_reply(
+        self, tx: FencedTransaction, message: UIMessage, *, anchor: str | None
+    ) -> None:
         """Store an assistant reply: update it in place if it is on the path already, else
         insert it right after `anchor` (the message it answers), splicing it into the path."""
-        try:
-            await self._put_reply(message, anchor=anchor)
-        except Exception:
-            await _quietly(self.reload())
-            raise
+        index = self.index_of(str(message["id"]))
+        if index is not None:
+            await self._update(tx, index, message)
+            return
+        at = self.index_of(anchor) if anchor is not None else None
+        if at is None or at == len(self._nodes) - 1:
+            await self._insert(tx, self.leaf_pk, [message])
+            await tx.set_leaf(self._branch, self.leaf_pk)
+            return
+        stored = sanitize_message(message)
+        (pk,) = await tx.insert_chain(self._nodes[at].pk, [stored])
+        await tx.reparent(self._nodes[at + 1].pk, pk)
+        self._nodes.insert(at + 1, _Node(pk, stored, _encode(stored)))
 
-    async def _put_reply(self, message: UIMessage, *, anchor: str | None) -> None:
-        async with self._store.transaction(self._conversation_id, self._epoch) as tx:
-            index = self.index_of(str(message["id"]))
-            if index is not None:
-                await self._update(tx, index, message)
-                return
-            at = self.index_of(anchor) if anchor is not None else None
-            if at is None or at == len(self._nodes) - 1:
-                await self._insert(tx, self.leaf_pk, [message])
-                await tx.set_leaf(self._branch, self.leaf_pk)
-                return
-            parent_pk = self._nodes[at].pk
-            (pk,) = await tx.insert_chain(parent_pk, [sanitize_message(message)])
-            follower = self._nodes[at + 1]
-            await tx.reparent(follower.pk, pk)
-            stored = sanitize_message(message)
-            self._nodes.insert(at + 1, _Node(pk, stored, _encode(stored)))
-
-    async def clear(self) -> None:
+    async def clear(self, tx: FencedTransaction) -> None:
         """Delete every message of the conversation."""
-        async with self._store.transaction(self._conversation_id, self._epoch) as tx:
-            await tx.clear()
+        await tx.clear()
         self._nodes.clear()
 
     async def _update(self, tx: FencedTransaction, index: int, message: UIMessage) -> None:
