@@ -12,7 +12,7 @@ from durachat.types import UIChunk
 class BenchAgent(Agent):
     """Served as `bench-agent`; stamps `providerMetadata.bench.t` (epoch ns) on every text delta."""
 
-    async def on_chat_message(self, turn: Turn) -> AsyncIterator[UIChunk]:  # type: ignore[override]
+    async def on_chat_message(self, turn: Turn) -> AsyncIterator[UIChunk]:
         """Stream the scripted model; stamp each `text-delta` as it leaves the model."""
         async for chunk in self.stream_model(turn):
             if chunk.get("type") == "text-delta":

@@ -77,11 +77,22 @@ async def play(batcher: Batcher, key: str, request_id: str, text: str, message_i
 
     def chunk(body: dict[str, Any]) -> None:
         nonlocal seq
-        frame = {"body": _dumps(body), "done": False, "id": request_id, "type": RESPONSE, "seq": seq}
+        frame = {
+            "body": _dumps(body),
+            "done": False,
+            "id": request_id,
+            "type": RESPONSE,
+            "seq": seq,
+        }
         seq += 1
         batcher.add(key, _dumps(frame))
 
-    chunk({"type": "start", "messageId": f"assistant_{int(time.time() * 1000)}_{secrets.token_hex(4)}"})
+    chunk(
+        {
+            "type": "start",
+            "messageId": f"assistant_{int(time.time() * 1000)}_{secrets.token_hex(4)}",
+        }
+    )
     chunk({"type": "start-step"})
     block = secrets.token_hex(6)
     chunk({"type": "text-start", "id": block})
@@ -103,7 +114,15 @@ async def play(batcher: Batcher, key: str, request_id: str, text: str, message_i
     chunk({"type": "finish", "messageMetadata": {"finishReason": "stop"}})
     batcher.add(
         key,
-        _dumps({"body": "", "done": True, "id": request_id, "type": RESPONSE, "messageIds": message_ids}),
+        _dumps(
+            {
+                "body": "",
+                "done": True,
+                "id": request_id,
+                "type": RESPONSE,
+                "messageIds": message_ids,
+            }
+        ),
     )
 
 
@@ -162,7 +181,9 @@ class Relay:
 
         self.prefix = prefix
         self.redis = Redis.from_url(redis_url, decode_responses=True)
-        self.blocking = Redis.from_url(redis_url, decode_responses=True, single_connection_client=True)
+        self.blocking = Redis.from_url(
+            redis_url, decode_responses=True, single_connection_client=True
+        )
         self.wake_key = f"{prefix}:wake:{secrets.token_hex(4)}"
         self.follows: dict[str, str] = {}
         self.subscribers: dict[str, set[Subscriber]] = {}

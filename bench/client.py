@@ -15,7 +15,7 @@ from typing import cast
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidStatus
 from websockets.extensions.permessage_deflate import enable_client_permessage_deflate
-from websockets.frames import Opcode
+from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
 from websockets.uri import parse_uri
 
@@ -47,26 +47,25 @@ class WsConnection(asyncio.Protocol):
         protocol = self.protocol
         protocol.receive_data(data)
         for event in protocol.events_received():
-            if type(event) is Response:
-                if not self.opened.done():
-                    if protocol.handshake_exc is not None:
-                        self.opened.set_exception(protocol.handshake_exc)
-                    elif event.status_code != 101:
-                        self.opened.set_exception(InvalidStatus(event))
+            if isinstance(event, Frame):
+                opcode = event.opcode
+                if opcode is Opcode.TEXT:
+                    if event.fin:
+                        self.on_text(bytes(event.data), now)
                     else:
-                        self.opened.set_result(None)
-                continue
-            opcode = event.opcode  # type: ignore[union-attr]
-            if opcode is Opcode.TEXT:
-                if event.fin:  # type: ignore[union-attr]
-                    self.on_text(event.data, now)  # type: ignore[union-attr]
+                        self._fragments = [bytes(event.data)]
+                elif opcode is Opcode.CONT and self._fragments:
+                    self._fragments.append(bytes(event.data))
+                    if event.fin:
+                        whole, self._fragments = b"".join(self._fragments), []
+                        self.on_text(whole, now)
+            elif isinstance(event, Response) and not self.opened.done():
+                if protocol.handshake_exc is not None:
+                    self.opened.set_exception(protocol.handshake_exc)
+                elif event.status_code != 101:
+                    self.opened.set_exception(InvalidStatus(event))
                 else:
-                    self._fragments = [event.data]  # type: ignore[union-attr]
-            elif opcode is Opcode.CONT and self._fragments:
-                self._fragments.append(event.data)  # type: ignore[union-attr]
-                if event.fin:  # type: ignore[union-attr]
-                    whole, self._fragments = b"".join(self._fragments), []
-                    self.on_text(whole, now)
+                    self.opened.set_result(None)
         self._flush()
 
     def eof_received(self) -> bool | None:

@@ -18,6 +18,7 @@ Commands (dicts sent over a pipe) and what they return:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import resource
@@ -37,10 +38,34 @@ from bench.client import WsConnection, connect
 RESPONSE = "cf_agent_use_chat_response"
 IDENTITY = "cf_agent_identity"
 ERROR = "durachat_error"
-WORDS = (
-    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november "
-    "oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu"
-).split()
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
+    "uniform",
+    "victor",
+    "whiskey",
+    "xray",
+    "yankee",
+    "zulu",
+]
 
 Command = dict[str, Any]
 
@@ -101,7 +126,7 @@ class Request:
 
 
 class Samples:
-    """Delivery latencies (µs, receive time − model stamp) per round, for one worker."""
+    """Delivery latencies (µs, receive time - model stamp) per round, for one worker."""
 
     def __init__(self) -> None:
         self.latency_us: dict[int, array[int]] = {}
@@ -186,12 +211,20 @@ class Conversation:
     async def send(self, round_index: int, text: str, timeout: float) -> dict[str, Any]:
         """Send one user message and wait for the reply's terminal frame."""
         assert self.conn is not None
-        user = {"id": secrets.token_hex(8), "role": "user", "parts": [{"type": "text", "text": text}]}
+        user = {
+            "id": secrets.token_hex(8),
+            "role": "user",
+            "parts": [{"type": "text", "text": text}],
+        }
         self.history.append(user)
         request = Request(secrets.token_hex(4), round_index, expected=len(text.split()) + 1)
         body = json.dumps({"messages": self.history, "trigger": "submit-message"})
         frame = json.dumps(
-            {"id": request.id, "init": {"method": "POST", "body": body}, "type": "cf_agent_use_chat_request"}
+            {
+                "id": request.id,
+                "init": {"method": "POST", "body": body},
+                "type": "cf_agent_use_chat_request",
+            }
         )
         self.request = request
         request.sent_ns = time.time_ns()
@@ -300,7 +333,9 @@ class Worker:
         if command["chain"]:
 
             async def chain(i: int, conv: Conversation) -> list[dict[str, Any]]:
-                return [await conv.send(r, prompt(words, i + 7 * r), timeout) for r in range(rounds)]
+                return [
+                    await conv.send(r, prompt(words, i + 7 * r), timeout) for r in range(rounds)
+                ]
 
             for out in await asyncio.gather(*(chain(i, c) for i, c in enumerate(convs))):
                 requests += out
@@ -341,7 +376,9 @@ class Worker:
                 continue
             conv = Conversation(name, samples)
             try:
-                identity_ms.append((await conv.open(host, port, agent, deflate=deflate))["identity_ms"])
+                identity_ms.append(
+                    (await conv.open(host, port, agent, deflate=deflate))["identity_ms"]
+                )
             except Exception as exc:
                 failures.append(repr(exc)[:200])
                 await conv.close()
@@ -383,7 +420,7 @@ def worker_main(index: int, pipe: Connection, barrier: Barrier) -> None:
     """Entry point of a load-generator process."""
     import uvloop
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     worker = Worker(index, pipe, barrier)
     while True:
@@ -424,6 +461,10 @@ class ClientPool:
             child.close()
             self.pipes.append(parent)
             self.processes.append(process)
+
+    def reset(self) -> None:
+        """Make the barrier usable again after a failed command aborted it."""
+        self.barrier.reset()
 
     @property
     def pids(self) -> list[int]:
@@ -480,10 +521,8 @@ class ClientPool:
     def close(self) -> None:
         """Stop the workers."""
         for pipe in self.pipes:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 pipe.send(None)
-            except (OSError, ValueError):
-                pass
         for process in self.processes:
             process.join(5)
             if process.is_alive():

@@ -78,6 +78,7 @@ class RedisStats:
     def _client(self) -> Any:
         from redis import Redis
 
+        assert self.url is not None
         return Redis.from_url(self.url, decode_responses=True, socket_timeout=5)
 
     def reset(self) -> None:
@@ -132,8 +133,15 @@ class Runner:
         """A few short conversations so every shard has imported and run everything once."""
         count = 4 if self.params.quick else 8
         command = _command(
-            self.target, self.params, "converse", self.names("warm", count),
-            warmup=0, rounds=2, chain=False, sync=False, words=5,
+            self.target,
+            self.params,
+            "converse",
+            self.names("warm", count),
+            warmup=0,
+            rounds=2,
+            chain=False,
+            sync=False,
+            words=5,
         )
         result = self.pool.run([command] + [None] * (self.pool.size - 1), timeout=180)[0]
         return {
@@ -186,8 +194,13 @@ class Runner:
         """One conversation at a time: a cold (new conversation) then a warm request each."""
         params = self.params
         command = _command(
-            self.target, params, "sequential", self.names("seq", params.sequential),
-            per_conversation=2, words=params.ttft_words, budget_s=params.sequential_budget,
+            self.target,
+            params,
+            "sequential",
+            self.names("seq", params.sequential),
+            per_conversation=2,
+            words=params.ttft_words,
+            budget_s=params.sequential_budget,
         )
         cpu = CpuMeter(self.target.procs)
         cpu.start()
@@ -212,8 +225,15 @@ class Runner:
         params = self.params
         commands: list[Command | None] = [
             _command(
-                self.target, params, "converse", part,
-                warmup=0, rounds=2, chain=False, sync=True, words=params.ttft_words,
+                self.target,
+                params,
+                "converse",
+                part,
+                warmup=0,
+                rounds=2,
+                chain=False,
+                sync=True,
+                words=params.ttft_words,
             )
             for part in split(self.names("burst", params.burst), self.pool.size)
         ]
@@ -231,8 +251,15 @@ class Runner:
         params = self.params
         commands: list[Command | None] = [
             _command(
-                self.target, params, "converse", part,
-                warmup=1, rounds=params.rounds, chain=True, sync=True, words=params.words,
+                self.target,
+                params,
+                "converse",
+                part,
+                warmup=1,
+                rounds=params.rounds,
+                chain=True,
+                sync=True,
+                words=params.words,
             )
             for part in split(self.names("load", params.conversations), self.pool.size)
         ]
@@ -261,7 +288,11 @@ class Runner:
         rounds_end = max(res["window_ns"][1] for res in results)
         deltas = sum(r["deltas"] for r in measured)
         latency_us = [
-            v for res in results for r, values in res["latency_us"].items() if int(r) >= 0 for v in values
+            v
+            for res in results
+            for r, values in res["latency_us"].items()
+            if int(r) >= 0
+            for v in values
         ]
         latency_ms = [v / 1000 for v in latency_us]
         identity = [ms for res in results for ms in res["connect"]["identity_ms"]]
@@ -301,7 +332,9 @@ class Runner:
             "redis_commands": commands_stats,
             "redis_calls_per_delta": {
                 name: round(v["calls"] / deltas, 3) for name, v in commands_stats.items()
-            } if deltas else {},
+            }
+            if deltas
+            else {},
             "cpu_us_per_delta": {
                 name: (1e6 * s / deltas) if s is not None and deltas else None
                 for name, s in cpu_s.items()
@@ -313,5 +346,8 @@ class Runner:
         out = {}
         for proc in self.target.procs:
             status = status_kib(proc.pid)
-            out[proc.name] = {"VmHWM_kib": status.get("VmHWM", 0), "VmRSS_kib": status.get("VmRSS", 0)}
+            out[proc.name] = {
+                "VmHWM_kib": status.get("VmHWM", 0),
+                "VmRSS_kib": status.get("VmRSS", 0),
+            }
         return out

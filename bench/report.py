@@ -12,7 +12,7 @@ REFERENCE_TTFT_SEQUENTIAL_MS = 14.5
 REFERENCE_TTFT_BURST_MS = 340.0
 """Cloudflare reference, 50 conversations at once, p50."""
 
-Getter = Callable[[dict[str, Any]], float | int | None]
+Getter = Callable[[dict[str, Any]], Any]
 
 
 def _get(*path: str) -> Getter:
@@ -39,7 +39,9 @@ def _errors(result: dict[str, Any]) -> int | None:
     if not isinstance(errors, dict):
         return None
     return int(
-        errors["requests_with_errors"] + errors["connect_failures"] + errors["durachat_error_frames"]
+        errors["requests_with_errors"]
+        + errors["connect_failures"]
+        + errors["durachat_error_frames"]
     )
 
 
@@ -57,6 +59,17 @@ def _mib(name_match: Callable[[str], bool]) -> Getter:
 def _cpu(name_match: Callable[[str], bool]) -> Getter:
     def get(result: dict[str, Any]) -> float | None:
         per = _get("load", "cpu_us_per_delta")(result)
+        if not isinstance(per, dict):
+            return None
+        values = [v for k, v in per.items() if name_match(k) and v is not None]
+        return sum(values) if values else None
+
+    return get
+
+
+def _seq_cpu(name_match: Callable[[str], bool]) -> Getter:
+    def get(result: dict[str, Any]) -> float | None:
+        per = _get("sequential", "cpu_ms_per_request")(result)
         if not isinstance(per, dict):
             return None
         values = [v for k, v in per.items() if name_match(k) and v is not None]
@@ -150,6 +163,8 @@ def rows(results: dict[str, Any], params: dict[str, Any]) -> list[dict[str, Any]
         ("CPU us/delta redis", _cpu(lambda k: k == "redis"), "", None),
         ("CPU us/delta all servers", _cpu(_servers), "", None),
         ("CPU us/delta load generator", _cpu(lambda k: k.startswith("client")), "", None),
+        ("CPU ms/request gateway/relay, 1-at-a-time", _seq_cpu(_front), "", None),
+        ("CPU ms/request shards/producer, 1-at-a-time", _seq_cpu(_model_side), "", None),
         ("other CPU on machine (% of a core)", _util, "", None),
     ]
     out = []
@@ -174,14 +189,30 @@ def reference_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     durachat = results.get("durachat", {})
     out = []
     for metric, value, reference, limit in (
-        ("TTFT p50 1-at-a-time, new conv (ms)", _get("sequential", "cold", "p50")(durachat),
-         REFERENCE_TTFT_SEQUENTIAL_MS, REFERENCE_TTFT_SEQUENTIAL_MS / 2),
-        ("TTFT p50 1-at-a-time, 2nd msg (ms)", _get("sequential", "warm", "p50")(durachat),
-         REFERENCE_TTFT_SEQUENTIAL_MS, REFERENCE_TTFT_SEQUENTIAL_MS / 2),
-        ("TTFT p50 50 at once, new conv (ms)", _get("burst", "cold", "p50")(durachat),
-         REFERENCE_TTFT_BURST_MS, REFERENCE_TTFT_BURST_MS / 2),
-        ("TTFT p50 50 at once, 2nd msg (ms)", _get("burst", "warm", "p50")(durachat),
-         REFERENCE_TTFT_BURST_MS, REFERENCE_TTFT_BURST_MS / 2),
+        (
+            "TTFT p50 1-at-a-time, new conv (ms)",
+            _get("sequential", "cold", "p50")(durachat),
+            REFERENCE_TTFT_SEQUENTIAL_MS,
+            REFERENCE_TTFT_SEQUENTIAL_MS / 2,
+        ),
+        (
+            "TTFT p50 1-at-a-time, 2nd msg (ms)",
+            _get("sequential", "warm", "p50")(durachat),
+            REFERENCE_TTFT_SEQUENTIAL_MS,
+            REFERENCE_TTFT_SEQUENTIAL_MS / 2,
+        ),
+        (
+            "TTFT p50 50 at once, new conv (ms)",
+            _get("burst", "cold", "p50")(durachat),
+            REFERENCE_TTFT_BURST_MS,
+            REFERENCE_TTFT_BURST_MS / 2,
+        ),
+        (
+            "TTFT p50 50 at once, 2nd msg (ms)",
+            _get("burst", "warm", "p50")(durachat),
+            REFERENCE_TTFT_BURST_MS,
+            REFERENCE_TTFT_BURST_MS / 2,
+        ),
     ):
         out.append(
             {
@@ -200,14 +231,26 @@ def render(table: list[dict[str, Any]], reference: list[dict[str, Any]]) -> str:
     main = render_table(
         ["metric", "durachat", "baseline", "ratio", "target"],
         [
-            [r["metric"], fmt(r["durachat"]), fmt(r["baseline"]), ratio(r["durachat"], r["baseline"]), r["target"]]
+            [
+                r["metric"],
+                fmt(r["durachat"]),
+                fmt(r["baseline"]),
+                ratio(r["durachat"], r["baseline"]),
+                r["target"],
+            ]
             for r in table
         ],
     )
     ref = render_table(
         ["metric", "durachat", "reference", "ratio", "target"],
         [
-            [r["metric"], fmt(r["durachat"]), fmt(r["reference"]), ratio(r["durachat"], r["reference"]), r["target"]]
+            [
+                r["metric"],
+                fmt(r["durachat"]),
+                fmt(r["reference"]),
+                ratio(r["durachat"], r["reference"]),
+                r["target"],
+            ]
             for r in reference
         ],
     )

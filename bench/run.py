@@ -8,13 +8,16 @@ import json
 import os
 import platform
 import pstats
+import re
 import signal
 import sys
 import tempfile
 import time
 import traceback
+from collections import Counter
 from dataclasses import asdict
 from datetime import UTC, datetime
+from io import StringIO
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -30,8 +33,12 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--conversations", type=int, default=None, help="concurrent conversations (200)")
-    parser.add_argument("--rounds", type=int, default=None, help="measured rounds after a warm-up (2)")
+    parser.add_argument(
+        "--conversations", type=int, default=None, help="concurrent conversations (200)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="measured rounds after a warm-up (2)"
+    )
     parser.add_argument("--quick", action="store_true", help="small smoke run")
     parser.add_argument("--words", type=int, default=40, help="words per message in the load (40)")
     parser.add_argument("--idle-connections", type=int, default=None, help="idle sockets (2000)")
@@ -48,14 +55,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="roles to run under cProfile, e.g. gateway,shard (env BENCH_PROFILE)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the run directory (logs, data)")
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=RESULTS_DIR,
+        help="where <UTC timestamp>.json and latest.json go (bench/results)",
+    )
     return parser.parse_args(argv)
 
 
 def make_params(args: argparse.Namespace) -> Params:
     if args.quick:
         params = Params(
-            conversations=20, rounds=1, sequential=5, burst=10, idle_connections=100,
-            idle_conversations=10, timeout=20.0, sequential_budget=30.0, quick=True,
+            conversations=20,
+            rounds=1,
+            sequential=5,
+            burst=10,
+            idle_connections=100,
+            idle_conversations=10,
+            timeout=20.0,
+            sequential_budget=30.0,
+            quick=True,
         )
     else:
         params = Params()
@@ -65,7 +85,9 @@ def make_params(args: argparse.Namespace) -> Params:
         params.rounds = args.rounds
     if args.idle_connections is not None:
         params.idle_connections = args.idle_connections
-        params.idle_conversations = max(1, min(params.idle_conversations, args.idle_connections // 10))
+        params.idle_conversations = max(
+            1, min(params.idle_conversations, args.idle_connections // 10)
+        )
     params.words = args.words
     params.client_procs = max(1, args.client_procs)
     params.deflate = not args.no_deflate
@@ -133,7 +155,8 @@ def run_target(target: Target, pool: ClientPool, params: Params) -> dict[str, An
     for phase in ("warmup", "idle", "sequential", "burst", "load"):
         started = time.monotonic()
         out[phase] = getattr(runner, phase)()
-        log(f"  {target.name}: {phase} done in {time.monotonic() - started:.1f}s {_brief(phase, out[phase])}")
+        took = time.monotonic() - started
+        log(f"  {target.name}: {phase} done in {took:.1f}s {_brief(phase, out[phase])}")
     out["memory"] = runner.memory()
     return out
 
@@ -146,11 +169,13 @@ def _brief(phase: str, result: dict[str, Any]) -> str:
     if phase == "idle":
         return f"({result['connections']} conns, {fmt_num(result['kib_per_connection'])} KiB/conn)"
     if phase in ("sequential", "burst"):
-        return f"(TTFT p50 new {fmt_num(result['cold']['p50'])} ms, 2nd {fmt_num(result['warm']['p50'])} ms)"
+        cold, warm = fmt_num(result["cold"]["p50"]), fmt_num(result["warm"]["p50"])
+        return f"(TTFT p50 new conversation {cold} ms, 2nd message {warm} ms)"
     if phase == "load":
         return (
             f"({result['deltas']} deltas, {fmt_num(result['chunks_per_s'])}/s, "
-            f"p50 {fmt_num(result['latency_ms']['p50'])} ms, p99 {fmt_num(result['latency_ms']['p99'])} ms, "
+            f"delivery p50 {fmt_num(result['latency_ms']['p50'])} ms, "
+            f"p99 {fmt_num(result['latency_ms']['p99'])} ms, "
             f"errors {result['errors']['requests_with_errors']})"
         )
     return ""
@@ -160,27 +185,71 @@ def fmt_num(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _profile_group(file: str, function: str) -> str:
+    if "site-packages/" in file:
+        return file.split("site-packages/", 1)[1].split("/", 1)[0]
+    if str(REPO_ROOT) in file:
+        return "/".join(Path(file).relative_to(REPO_ROOT).parts[:4])
+    if file == "~":
+        return "builtin " + re.sub(r" at 0x[0-9a-f]+", "", function)[:60]
+    if file.startswith("<frozen"):
+        return "import machinery"
+    return "stdlib " + "/".join(Path(file).parts[-2:])
+
+
 def profile_summary(profile_dir: Path, limit: int = 25) -> dict[str, str]:
-    """Top functions (by own time) of every profile written."""
+    """Own time grouped by package, then the top functions, of every profile written.
+
+    cProfile counts every resumption of a coroutine as a call, and greenlet switches
+    (SQLAlchemy's async layer) blur the attribution of time within SQLAlchemy and the redis
+    client; read the numbers as where CPU goes, not as call counts.
+    """
     out = {}
     for path in sorted(profile_dir.glob("*.prof")):
-        from io import StringIO
-
         buffer = StringIO()
         stats = pstats.Stats(str(path), stream=buffer)
+        groups: Counter[str] = Counter()
+        total = 0.0
+        for (file, _line, function), row in stats.stats.items():  # type: ignore[attr-defined]
+            groups[_profile_group(file, function)] += row[2]
+            total += row[2]
+        buffer.write(f"own time by package (total {total:.1f}s):\n")
+        for name, seconds in groups.most_common(limit):
+            buffer.write(f"  {seconds:8.2f}s {100 * seconds / max(total, 1e-9):5.1f}%  {name}\n")
+        buffer.write("\n")
         stats.sort_stats("tottime").print_stats(limit)
         out[path.stem] = buffer.getvalue()
     return out
 
 
-def write_results(document: dict[str, Any]) -> Path:
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+def write_results(document: dict[str, Any], directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS_DIR / f"{stamp}.json"
+    path = directory / f"{stamp}.json"
     text = json.dumps(document, indent=2, default=str)
     path.write_text(text)
-    (RESULTS_DIR / "latest.json").write_text(text)
+    (directory / "latest.json").write_text(text)
     return path
+
+
+def notes(params: Params) -> list[str]:
+    """How to read the table."""
+    ideal = params.conversations * (params.words + 1) / ((params.words) * 0.020)
+    return [
+        "targets apply to durachat; ratio = durachat / baseline",
+        "chunk delivery = client receive time - stamp taken when the text delta left the model "
+        "(same clock); measured rounds only",
+        "chunks/s = text deltas received in the measured rounds / (start of the measured rounds "
+        f"-> last frame received); the model's pacing caps it near {ideal:,.0f}/s",
+        "TTFT = request sent -> first text delta; 'new conv' includes activating the "
+        "conversation on its shard, '2nd msg' is the next message of the same conversation",
+        "KiB per idle connection = gateway/relay VmRSS growth / connections (permessage-deflate "
+        f"{'on' if params.deflate else 'off'}, as browsers negotiate it)",
+        "CPU us/delta = utime+stime of each process over the measured rounds / text deltas "
+        "delivered (includes each request's fixed costs)",
+        "'other CPU' is what processes outside the bench used meanwhile (a shared machine "
+        "makes every figure noisier)",
+    ]
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -222,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             started_target = time.monotonic()
             log(f"starting {name} ...")
             target: Target | None = None
+            pool.reset()
             try:
                 if name == "durachat":
                     target = start_durachat(
@@ -260,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log("interrupted; cleaning up")
         cleanup.run()
+        log(f"nothing written; logs of the run are in {run_dir}")
         return 130
     finally:
         cleanup.run()
@@ -276,12 +347,15 @@ def main(argv: list[str] | None = None) -> int:
         document["profiles"] = profile_summary(profile_dir)
         for name, text in document["profiles"].items():
             print(f"\n===== cProfile {name} (top by own time) =====\n{text}")
+    document["notes"] = notes(params)
     print()
     print(render(document["table"], document["reference"]))
-    path = write_results(document)
-    print(f"\nresults: {path.relative_to(REPO_ROOT)} (and bench/results/latest.json); "
-          f"{document['seconds']:.0f}s total")
-    if args.keep or failed:
+    print()
+    for line in document["notes"]:
+        print(f"* {line}")
+    path = write_results(document, args.results_dir)
+    print(f"\nresults: {path} (and latest.json next to it); {document['seconds']:.0f}s total")
+    if args.keep or failed or profile:
         print(f"run directory kept: {run_dir}")
     else:
         remove_tree(run_dir)

@@ -10,10 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.procs import Cleanup, Proc, child_env, spawn, terminate
 from durachat_infra.local.cluster import LocalCluster
 from durachat_infra.local.redis_server import RedisServer, free_port
-
-from bench.procs import Cleanup, Proc, child_env, spawn, terminate
 
 
 @dataclass(slots=True)
@@ -83,8 +82,15 @@ def start_durachat(
     procs.append(Proc("redis", "redis", cluster.redis.process.pid))
     gateway = next(p for p in procs if p.role == "gateway")
     return Target(
-        "durachat", "127.0.0.1", cluster.gateway_ports[0], "bench-agent", gateway, procs,
-        var_dir / "logs", cluster.stop, cluster.redis_url,
+        "durachat",
+        "127.0.0.1",
+        cluster.gateway_ports[0],
+        "bench-agent",
+        gateway,
+        procs,
+        var_dir / "logs",
+        cluster.stop,
+        cluster.redis_url,
     )
 
 
@@ -103,7 +109,9 @@ def _wait_http(url: str, timeout: float, popens: list[object]) -> None:
             time.sleep(0.1)
 
 
-def _baseline_args(role: str, args: list[str], profile: frozenset[str], out: Path) -> tuple[list[str], dict[str, str]]:
+def _baseline_args(
+    role: str, args: list[str], profile: frozenset[str], out: Path
+) -> tuple[list[str], dict[str, str]]:
     if role not in profile:
         return ["-m", "bench.baseline", role, *args], {}
     env = {"BENCH_PROFILE_MODULE": "bench.baseline", "BENCH_PROFILE_OUT": str(out / f"{role}.prof")}
@@ -111,7 +119,11 @@ def _baseline_args(role: str, args: list[str], profile: frozenset[str], out: Pat
 
 
 def start_baseline(
-    var_dir: Path, cleanup: Cleanup, *, profile: frozenset[str] = frozenset(), profile_dir: Path | None = None
+    var_dir: Path,
+    cleanup: Cleanup,
+    *,
+    profile: frozenset[str] = frozenset(),
+    profile_dir: Path | None = None,
 ) -> Target:
     """Start a Redis (configured like the cluster's), the producer and the relay."""
     redis = RedisServer(var_dir / "redis")
@@ -121,7 +133,9 @@ def start_baseline(
     prefix = f"bb{secrets.token_hex(3)}"
     logs = var_dir / "logs"
     out = profile_dir or var_dir
-    args, extra = _baseline_args("producer", ["--redis", redis.url, "--prefix", prefix], profile, out)
+    args, extra = _baseline_args(
+        "producer", ["--redis", redis.url, "--prefix", prefix], profile, out
+    )
     producer = spawn(args, env=child_env(extra), log=logs / "producer.log")
     cleanup.add("baseline producer", lambda: terminate(producer))
     port = free_port()
@@ -132,7 +146,11 @@ def start_baseline(
     cleanup.add("baseline relay", lambda: terminate(relay))
     _wait_http(f"http://127.0.0.1:{port}/healthz", 60, [producer, relay])
     relay_proc = Proc("relay", "relay", relay.pid)
-    procs = [relay_proc, Proc("producer", "producer", producer.pid), Proc("redis", "redis", redis.process.pid)]
+    procs = [
+        relay_proc,
+        Proc("producer", "producer", producer.pid),
+        Proc("redis", "redis", redis.process.pid),
+    ]
 
     def stop() -> None:
         terminate(relay)

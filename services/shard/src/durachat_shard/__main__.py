@@ -15,6 +15,9 @@ def main() -> None:
         level=settings.log_level,
         format=f"%(asctime)s {settings.shard_id} %(levelname)s %(name)s: %(message)s",
     )
+    # litellm logs every completion at INFO through handlers of its own.
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
     from durachat_shard.server import serve
 
     try:

@@ -144,20 +144,14 @@ class Conversations:
                     raise NotOwnerError(exc.holder) from exc
                 await asyncio.sleep(0.05)
         conversation = await self._store.get_or_create_conversation(key)
-        epoch = grant.epoch
-        try:
-            await self._store.claim(conversation.id, epoch)
-        except FencedError as exc:
-            # The database has seen a newer epoch than Redis hands out: Redis lost its data.
-            # Holding the lease, this shard is the rightful owner; move past the stored epoch.
-            log.warning("epoch counter behind the database for %s; advancing it", key)
-            try:
-                epoch = await self._leases.advance_epoch(keys, exc.current_epoch + 1)
-                await self._store.claim(conversation.id, epoch)
-            except BaseException:
-                await self._leases.release(keys)
-                raise
+        epoch = await self._claim(keys, conversation.id, grant.epoch)
         stored = await self._store.load_path(conversation.id)
+        # Activation can outlast the lease when the database is slow; confirm it is still held
+        # (renewing it), and if it had to be taken again, claim the new epoch and re-read.
+        again = await self._leases.acquire(keys)
+        if again.fresh:
+            epoch = await self._claim(keys, conversation.id, again.epoch)
+            stored = await self._store.load_path(conversation.id)
         transcript = Transcript(
             self._store, conversation.id, epoch, [(m.pk, m.message) for m in stored]
         )
@@ -177,6 +171,23 @@ class Conversations:
         self._held[key] = held
         log.info("activated %s/%s/%s at epoch %d", key.tenant, key.agent, key.name, epoch)
         return held
+
+    async def _claim(self, keys: ConversationKeys, conversation_id: int, epoch: int) -> int:
+        """Raise the conversation's SQL epoch to this tenure's; returns the epoch in force."""
+        try:
+            await self._store.claim(conversation_id, epoch)
+            return epoch
+        except FencedError as exc:
+            # The database has seen a newer epoch than Redis hands out: Redis lost its data.
+            # Holding the lease, this shard is the rightful owner; move past the stored epoch.
+            log.warning("epoch counter behind the database for %s; advancing it", keys.tag)
+            try:
+                advanced = await self._leases.advance_epoch(keys, exc.current_epoch + 1)
+                await self._store.claim(conversation_id, advanced)
+            except BaseException:
+                await self._leases.release(keys)
+                raise
+            return advanced
 
     async def _release(self, key: ConversationKey) -> None:
         held = self._held.pop(key, None)

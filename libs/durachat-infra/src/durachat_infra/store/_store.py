@@ -6,6 +6,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from operator import attrgetter
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, cast
 
@@ -22,6 +23,7 @@ from durachat_infra.store._engine import (
     install_sqlite_hooks,
     translate_errors,
 )
+from durachat_infra.store._gate import WriteGate
 from durachat_infra.store._records import (
     MAIN_BRANCH,
     Conversation,
@@ -77,6 +79,12 @@ class Store:
         self._engine = engine
         # Writers take SQLite's write lock when they begin (see `_engine._on_begin`).
         self._writer = engine.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
+        database = engine.url.database
+        self._gate = WriteGate(
+            Path(database).resolve()
+            if engine.url.get_backend_name() == "sqlite" and database
+            else None
+        )
 
     @classmethod
     def from_url(cls, url: str, *, echo: bool = False) -> Store:
@@ -100,6 +108,7 @@ class Store:
     async def close(self) -> None:
         """Close every pooled connection. The store must not be used afterwards."""
         await self._engine.dispose()
+        self._gate.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -311,7 +320,7 @@ class Store:
                 (everything is rolled back).
         """
         action = f"transaction on conversation {conversation_id}"
-        async with connect(self._writer, action) as conn:
+        async with self._gate.hold(), connect(self._writer, action) as conn:
             with translate_errors(action):
                 await conn.begin()
                 await fence(conn, conversation_id, epoch)
@@ -333,7 +342,7 @@ class Store:
 
     @contextlib.asynccontextmanager
     async def _write(self, action: str) -> AsyncIterator[AsyncConnection]:
-        async with connect(self._writer, action) as conn:
+        async with self._gate.hold(), connect(self._writer, action) as conn:
             with translate_errors(action):
                 async with conn.begin():
                     yield conn

@@ -1,0 +1,48 @@
+"""`python -m bench --quick` runs end to end and writes its results (timings are not checked)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_quick_runs_and_writes_results(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--results-dir", str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        check=False,
+    )
+    output = completed.stdout[-4000:] + completed.stderr[-4000:]
+    assert completed.returncode == 0, output
+
+    written = sorted(p.name for p in tmp_path.glob("*.json"))
+    assert "latest.json" in written and len(written) == 2, written
+    document = json.loads((tmp_path / "latest.json").read_text())
+
+    assert {"timestamp", "git_commit", "machine", "params", "results", "table", "reference"} <= set(
+        document
+    )
+    assert {"nproc", "python"} <= set(document["machine"])
+    assert document["params"]["quick"] is True
+    for target in ("durachat", "baseline"):
+        result = document["results"][target]
+        assert {"idle", "sequential", "burst", "load", "memory"} <= set(result), target
+        load = result["load"]
+        assert {"connect_ms", "ttft_ms", "latency_ms", "chunks_per_s", "errors", "cpu"} <= set(load)
+        assert load["deltas"] > 0
+        assert {"p50", "p99"} <= set(load["latency_ms"])
+        assert result["idle"]["connections"] > 0
+    metrics = {row["metric"] for row in document["table"]}
+    assert any(m.startswith("chunk delivery p50") for m in metrics)
+    assert all({"durachat", "baseline", "ratio", "target"} <= set(row) for row in document["table"])
