@@ -1,9 +1,21 @@
-"""durachat's load benchmark: durachat against a bare Redis Streams relay (`make bench`).
+"""durachat's load benchmark (`make bench`, i.e. `python -m bench`).
 
-`python -m bench` starts a local cluster (1 gateway, 2 shards, 1 jobs worker) serving the
-`bench-agent` (`bench.agents`), then the no-framework baseline (`bench.baseline`), drives both
-with the same load generator (`bench.loadgen`, `bench.client`), prints a table and writes
-`bench/results/<UTC timestamp>.json` and `bench/results/latest.json`.
+It starts a local cluster (1 gateway, 2 shards, 1 jobs worker, embedded Redis) serving the
+`bench-agent` (`bench.agents`: the scripted model, every text delta stamped with the time it
+left the model), then the no-framework baseline (`bench.baseline`: a producer process XADDing
+the same stamped frames at the same pacing and a minimal Starlette relay doing one multiplexed
+blocking XREAD), and drives both with the same load generator (`bench.loadgen` on
+`bench.client`, uvloop, two processes by default). Phases, per target (`bench.phases`):
 
-Set BENCH_PROFILE=gateway,shard (or `--profile`) to run those roles under cProfile.
+1. warm-up: a few short conversations, so every shard has run a turn once;
+2. idle: 2,000 idle WebSockets over 200 conversations, RSS of the gateway/relay before/after;
+3. sequential: 30 conversations one at a time, a first (new conversation) and a second message;
+4. burst: 50 conversations sending at once, twice;
+5. load: 200 conversations, one unmeasured warm-up message each, then `--rounds` messages of 40
+   words back to back; CPU time of every process and Redis `INFO commandstats` over the window.
+
+Results: a table on stdout, `bench/results/<UTC timestamp>.json` and `bench/results/latest.json`.
+Options: `--conversations`, `--rounds`, `--quick`, `--client-procs`, `--no-deflate`,
+`--targets`, `--keep`, `--results-dir`; `BENCH_PROFILE=gateway,shard,relay,producer` (or
+`--profile`) runs those processes under cProfile and prints where their time went.
 """
