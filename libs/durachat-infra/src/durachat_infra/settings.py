@@ -95,6 +95,10 @@ class GatewaySettings(CommonSettings, ClusterTiming):
     max_frame_bytes: int = 4 * 1024 * 1024
     """Largest client frame accepted."""
 
+    ws_compression: bool = False
+    """Offer permessage-deflate. Off by default: it costs about 38 KiB of compressor state per
+    connection and CPU on every frame, for frames that are mostly small."""
+
 
 class JobsSettings(CommonSettings):
     """Settings of the jobs worker."""

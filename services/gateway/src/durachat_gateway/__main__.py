@@ -28,7 +28,7 @@ def main() -> None:
         port=settings.port,
         log_level="warning",
         access_log=False,
-        ws_per_message_deflate=True,
+        ws_per_message_deflate=settings.ws_compression,
         timeout_graceful_shutdown=5,
     )
 

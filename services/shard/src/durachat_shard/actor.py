@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from durachat.agent import Agent, Turn
@@ -20,7 +20,7 @@ from durachat.models import ModelError
 from durachat.protocol import MessageType
 from durachat.types import JSONDict, UIChunk
 from durachat_infra.eventlog import only
-from durachat_infra.store import FencedError, Store, TurnStatus
+from durachat_infra.store import FencedError, FencedTransaction, Store, TurnStatus
 from durachat_shard import metrics
 from durachat_shard.emitter import Emitter
 from durachat_shard.requests import ChatRequest, FrameError, parse_chat_request, parse_messages
@@ -44,6 +44,15 @@ class _QueuedTurn:
     generation: int
     anchor: str | None
     """Id of the message the reply answers (the leaf when the request was accepted)."""
+    accepted: asyncio.Future[None]
+    """Resolves once the request and its messages are durable."""
+
+
+class _DuplicateRequestError(Exception):
+    """The database already holds a turn with this request id."""
+
+
+RECENT_REQUESTS = 512
 
 
 class ConversationActor:
@@ -59,6 +68,7 @@ class ConversationActor:
         transcript: Transcript,
         store: Store,
         emitter: Emitter,
+        recent_requests: list[str] | None = None,
     ) -> None:
         self.conversation_id = conversation_id
         self.epoch = epoch
@@ -77,6 +87,10 @@ class ConversationActor:
         self._stopping = False
         self._idle = asyncio.Event()
         self._idle.set()
+        self._last_write: asyncio.Future[None] | None = None
+        # Request ids already accepted, newest last: a retried request is recognised without a
+        # database round trip (loaded from the turns table on activation).
+        self._recent: dict[str, None] = dict.fromkeys(reversed(recent_requests or []))
 
     def start(self) -> None:
         """Start handling inputs and turns."""
@@ -122,6 +136,42 @@ class ConversationActor:
         """Queue a client frame (already known to be a JSON object with a string `type`)."""
         self.last_active = time.monotonic()
         self._inbox.put_nowait(_Inbound(connection_id, frame))
+
+    def _write_behind(
+        self, work: Callable[[FencedTransaction], Awaitable[None]]
+    ) -> asyncio.Future[None]:
+        """Queue a fenced write after every write queued before it; returns its outcome.
+
+        A failed write leaves memory ahead of the database, so the actor steps down and the
+        conversation is re-activated from SQL on its next frame.
+        """
+        previous = self._last_write
+
+        async def run() -> None:
+            if previous is not None:
+                await previous
+            async with self.store.transaction(self.conversation_id, self.epoch) as tx:
+                await work(tx)
+
+        task: asyncio.Future[None] = asyncio.ensure_future(run())
+        task.add_done_callback(self._after_write)
+        self._last_write = task
+        return task
+
+    def _after_write(self, task: asyncio.Future[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        if isinstance(exc, FencedError):
+            metrics.FENCED.inc()
+            log.warning("conversation %s: write fenced off, stepping down", self.conversation_id)
+        else:
+            log.error("conversation %s: write failed, stepping down: %r", self.conversation_id, exc)
+        self.step_down()
+
+    async def _write(self, work: Callable[[FencedTransaction], Awaitable[None]]) -> None:
+        """A write that the caller waits for (still in order with the queued ones)."""
+        await self._write_behind(work)
 
     async def _input_loop(self) -> None:
         while True:
@@ -170,8 +220,9 @@ class ConversationActor:
             await self._accept(connection_id, parse_chat_request(frame))
         elif kind == MessageType.CHAT_MESSAGES.value:
             incoming = parse_messages(frame)
-            async with self.transcript.write() as tx:
-                merged = await self.transcript.persist(tx, incoming, truncate=False)
+            merged, change = self.transcript.persist(incoming, truncate=False)
+            if change:
+                await self._write(change.apply)
             self.agent.messages = self.transcript.messages
             self.emit.messages(merged, exclude=connection_id)
         elif kind == MessageType.CHAT_CLEAR.value:
@@ -184,32 +235,40 @@ class ConversationActor:
             raise FrameError("unsupported_frame", f"frame type {kind!r} is not supported")
 
     async def _accept(self, requester: str, request: ChatRequest) -> None:
-        announce = self._active is None and self._turns.empty()
-        if announce:
-            # Announced before anything else, so a client reconnecting right after sending is
-            # told to wait for this turn. While a turn streams, its stream stays the one clients
-            # resume; a queued turn announces itself when it starts streaming.
+        if request.request_id in self._recent:
+            await self._answer_repeat(requester, request)
+            return
+        self._remember(request.request_id)
+        if self._active is None and self._turns.empty():
+            # While a turn streams, its stream stays the one clients resume; a queued turn
+            # announces itself when it starts streaming.
             self.emit.pending(request.request_id)
-        # One transaction records the turn (idempotent by request id) and stores its messages.
-        async with self.transcript.write() as tx:
+        merged, change = self.transcript.persist(request.messages, truncate=True)
+
+        async def record(tx: FencedTransaction) -> None:
+            # One transaction records the turn (idempotent by request id) and its messages.
             fresh = await tx.begin_turn(
                 request.request_id,
                 kind="regenerate" if request.trigger == "regenerate-message" else "submit",
                 owner=self.shard_id,
                 request={"body": request.body, "clientTools": request.client_tools},
             )
-            if fresh:
-                await tx.save_request_context(request.body, request.client_tools)
-                merged = await self.transcript.persist(tx, request.messages, truncate=True)
-        if not fresh:
-            if announce:
-                self.emit.idle(request.request_id)
-            await self._answer_repeat(requester, request)
-            return
+            if not fresh:
+                raise _DuplicateRequestError(request.request_id)
+            await tx.save_request_context(request.body, request.client_tools)
+            await change.apply(tx)
+
+        # The turn starts at once; the database catches up behind it.
+        accepted = self._write_behind(record)
         self.agent.messages = self.transcript.messages
         self.emit.messages(merged, exclude=requester)
         anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
-        self._turns.put_nowait(_QueuedTurn(request, requester, self._generation, anchor))
+        self._turns.put_nowait(_QueuedTurn(request, requester, self._generation, anchor, accepted))
+
+    def _remember(self, request_id: str) -> None:
+        self._recent[request_id] = None
+        if len(self._recent) > RECENT_REQUESTS:
+            del self._recent[next(iter(self._recent))]
 
     async def _answer_repeat(self, requester: str, request: ChatRequest) -> None:
         """A request id seen before (a retry): it never runs twice; a finished one is told its
@@ -235,14 +294,17 @@ class ConversationActor:
         while not self._turns.empty():
             skipped = self._turns.get_nowait()
             await self._skip(skipped)
-        async with self.transcript.write() as tx:
-            await self.transcript.clear(tx)
+        await self._write(self.transcript.clear().apply)
         self.agent.messages = []
         self.emit.clear(exclude=connection_id)
 
     async def _skip(self, queued: _QueuedTurn) -> None:
-        async with self.store.transaction(self.conversation_id, self.epoch) as tx:
-            await tx.update_turn(queued.request.request_id, status="skipped")
+        request_id = queued.request.request_id
+
+        async def settle(tx: FencedTransaction) -> None:
+            await tx.update_turn(request_id, status="skipped")
+
+        self._write_behind(settle)
         self.emit.terminal(
             queued.request.request_id,
             outcome="skipped",
@@ -359,13 +421,30 @@ class ConversationActor:
         reply = assembler.message
         cleared = queued.generation != self._generation
         stored = assembler.has_parts and not cleared
-        # One transaction stores the reply and settles the turn.
-        async with self.transcript.write() as tx:
-            if stored:
-                await self.transcript.put_reply(tx, reply, anchor=queued.anchor)
+        change = self.transcript.put_reply(reply, anchor=queued.anchor) if stored else None
+
+        async def settle(tx: FencedTransaction) -> None:
+            # One transaction stores the reply and settles the turn.
+            if change is not None:
+                await change.apply(tx)
             await tx.update_turn(
                 request.request_id, status=outcome, message_id=str(reply["id"]), error=error_text
             )
+
+        # The reply is durable before anyone is told the turn is over.
+        try:
+            await self._write(settle)
+        except Exception as exc:
+            log.warning("request %s: could not store the reply: %r", request.request_id, exc)
+            stored = False
+            if outcome != "aborted":
+                outcome = "error"
+                self.emit.error(
+                    request.request_id,
+                    GENERIC_ERROR,
+                    message_ids=request.user_message_ids,
+                    continuation=False,
+                )
         if stored:
             self.agent.messages = self.transcript.messages
             self.emit.messages(self.transcript.messages, exclude=queued.requester)

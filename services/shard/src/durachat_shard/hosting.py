@@ -152,9 +152,8 @@ class Conversations:
         if again.fresh:
             epoch = await self._claim(keys, conversation.id, again.epoch)
             stored = await self._store.load_path(conversation.id)
-        transcript = Transcript(
-            self._store, conversation.id, epoch, [(m.pk, m.message) for m in stored]
-        )
+        transcript = Transcript([(m.pk, m.message) for m in stored])
+        recent = await self._store.recent_request_ids(conversation.id)
         agent = agent_cls(key.name, model=self._model)
         agent.messages = transcript.messages
         actor = ConversationActor(
@@ -165,6 +164,7 @@ class Conversations:
             transcript=transcript,
             store=self._store,
             emitter=Emitter(self._writer, keys),
+            recent_requests=recent,
         )
         actor.start()
         held = _Held(key, keys, actor)

@@ -1,64 +1,95 @@
 """A conversation's transcript on one branch: the in-memory path and its fenced persistence.
 
-The transcript is the path from the root of the message tree to the branch's leaf. Writes follow
-the reference's persistence rules (reconcile, sanitize, upsert) mapped onto the tree: a request
-that carries a truncated transcript (regenerate, edit) moves the leaf back instead of deleting
-rows, so nothing is lost and the visible transcript has no stale messages.
+The transcript is the path from the root of the message tree to the branch's leaf. Changes
+follow the reference's persistence rules (reconcile, sanitize, upsert) mapped onto the tree: a
+request that carries a truncated transcript (regenerate, an edit that keeps the id) moves the
+leaf back instead of deleting rows, so nothing is lost and the visible transcript has no stale
+messages.
+
+Every change is made in memory at once and returned as a `Change`: the SQL operations that make
+it durable, applied later in one fenced transaction. The owner applies changes in the order it
+made them, so the database always follows the same history as memory, a little behind. That
+keeps SQL off the path to a reply's first chunk.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from durachat.messages import reconcile_messages, resolve_tool_merge_id, sanitize_message
 from durachat.types import UIMessage
-from durachat_infra.store import FencedTransaction, Store
+from durachat_infra.store import FencedTransaction
 
-log = logging.getLogger(__name__)
+
+@dataclass(slots=True, eq=False)
+class _Node:
+    message: UIMessage
+    encoded: str
+    pk: int | None = None
+    """Row id, known once the node's insert has been applied."""
 
 
 @dataclass(slots=True)
-class _Node:
-    pk: int
-    message: UIMessage
-    encoded: str
+class _Op:
+    kind: Literal["update", "insert", "leaf", "reparent", "clear"]
+    node: _Node | None = None
+    parent: _Node | None = None
+    nodes: list[_Node] = field(default_factory=list)
 
 
 def _encode(message: UIMessage) -> str:
     return json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-class Transcript:
-    """The messages of one branch, cached in memory and written through to SQL."""
+def _pk(node: _Node | None) -> int | None:
+    if node is None:
+        return None
+    assert node.pk is not None, "a change was applied out of order"
+    return node.pk
 
-    def __init__(
-        self,
-        store: Store,
-        conversation_id: int,
-        epoch: int,
-        nodes: list[tuple[int, UIMessage]],
-        *,
-        branch: str = "main",
-    ) -> None:
-        self._store = store
-        self._conversation_id = conversation_id
-        self._epoch = epoch
+
+@dataclass(slots=True)
+class Change:
+    """SQL operations that make one in-memory change durable (apply in order)."""
+
+    branch: str
+    ops: list[_Op] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.ops)
+
+    async def apply(self, tx: FencedTransaction) -> None:
+        """Write the change inside a fenced transaction."""
+        for op in self.ops:
+            if op.kind == "update":
+                assert op.node is not None
+                await tx.update_message(_pk(op.node) or 0, op.node.message)
+            elif op.kind == "insert":
+                pks = await tx.insert_chain(_pk(op.parent), [n.message for n in op.nodes])
+                for node, pk in zip(op.nodes, pks, strict=True):
+                    node.pk = pk
+            elif op.kind == "leaf":
+                await tx.set_leaf(self.branch, _pk(op.node))
+            elif op.kind == "reparent":
+                assert op.node is not None
+                await tx.reparent(_pk(op.node) or 0, _pk(op.parent))
+            else:
+                await tx.clear()
+
+
+class Transcript:
+    """The messages of one branch, kept in memory; changes come back as `Change`s to apply."""
+
+    def __init__(self, nodes: list[tuple[int, UIMessage]], *, branch: str = "main") -> None:
         self._branch = branch
-        self._nodes = [_Node(pk, m, _encode(m)) for pk, m in nodes]
+        self._nodes = [_Node(m, _encode(m), pk) for pk, m in nodes]
 
     @property
     def messages(self) -> list[UIMessage]:
         """The visible transcript."""
         return [n.message for n in self._nodes]
-
-    @property
-    def leaf_pk(self) -> int | None:
-        """Row id of the last message, None when empty."""
-        return self._nodes[-1].pk if self._nodes else None
 
     def index_of(self, message_id: str) -> int | None:
         """Position of a message on the path."""
@@ -67,26 +98,10 @@ class Transcript:
                 return i
         return None
 
-    async def reload(self) -> None:
-        """Re-read the path from SQL (after a failed write left the cache unsure)."""
-        stored = await self._store.load_path(self._conversation_id, self._branch)
-        self._nodes = [_Node(m.pk, m.message, _encode(m.message)) for m in stored]
-
-    @contextlib.asynccontextmanager
-    async def write(self) -> AsyncIterator[FencedTransaction]:
-        """One fenced transaction for this conversation. The in-memory path follows the writes
-        made through this transcript; if the transaction fails, it is re-read from SQL."""
-        try:
-            async with self._store.transaction(self._conversation_id, self._epoch) as tx:
-                yield tx
-        except BaseException:
-            await _quietly(self.reload())
-            raise
-
-    async def persist(
-        self, tx: FencedTransaction, incoming: list[UIMessage], *, truncate: bool
-    ) -> list[UIMessage]:
-        """Reconcile and store a client's transcript; returns the reconciled incoming list.
+    def persist(
+        self, incoming: list[UIMessage], *, truncate: bool
+    ) -> tuple[list[UIMessage], Change]:
+        """Reconcile a client's transcript into this one; returns the reconciled incoming list.
 
         With `truncate` (chat requests), an incoming list that is a prefix of the stored path
         (regenerate, or an edit that keeps the message id) becomes the new path: the leaf moves
@@ -95,6 +110,7 @@ class Transcript:
         as the reference does. Without `truncate` (client `setMessages` sync) nothing ever
         leaves the path.
         """
+        change = Change(self._branch)
         server = self.messages
         merged = reconcile_messages(incoming, server)
         resolved: list[UIMessage] = []
@@ -113,71 +129,66 @@ class Transcript:
         # Bodies of messages the lists agree on.
         for i in range(common):
             if not _is_stale_placeholder(resolved[i], self._nodes[i].message):
-                await self._update(tx, i, resolved[i])
+                self._update(change, i, resolved[i])
         rest = resolved[common:]
         if truncate and not rest and common < len(self._nodes):
             del self._nodes[common:]
-            await tx.set_leaf(self._branch, self.leaf_pk)
-            return merged
+            change.ops.append(_Op("leaf", node=self._leaf))
+            return merged, change
         fresh: list[UIMessage] = []
         for message in rest:
             index = self.index_of(str(message.get("id")))
             if index is None:
                 fresh.append(message)
             elif not _is_stale_placeholder(message, self._nodes[index].message):
-                await self._update(tx, index, message)
+                self._update(change, index, message)
         if fresh:
-            await self._insert(tx, self.leaf_pk, fresh)
-            await tx.set_leaf(self._branch, self.leaf_pk)
-        return merged
+            self._append(change, fresh)
+            change.ops.append(_Op("leaf", node=self._leaf))
+        return merged, change
 
-    async def put_reply(
-        self, tx: FencedTransaction, message: UIMessage, *, anchor: str | None
-    ) -> None:
-        """Store an assistant reply: update it in place if it is on the path already, else
-        insert it right after `anchor` (the message it answers), splicing it into the path."""
+    def put_reply(self, message: UIMessage, *, anchor: str | None) -> Change:
+        """Add an assistant reply: update it in place if it is on the path already, else insert
+        it right after `anchor` (the message it answers), splicing it into the path."""
+        change = Change(self._branch)
         index = self.index_of(str(message["id"]))
         if index is not None:
-            await self._update(tx, index, message)
-            return
+            self._update(change, index, message)
+            return change
         at = self.index_of(anchor) if anchor is not None else None
         if at is None or at == len(self._nodes) - 1:
-            await self._insert(tx, self.leaf_pk, [message])
-            await tx.set_leaf(self._branch, self.leaf_pk)
-            return
+            self._append(change, [message])
+            change.ops.append(_Op("leaf", node=self._leaf))
+            return change
         stored = sanitize_message(message)
-        (pk,) = await tx.insert_chain(self._nodes[at].pk, [stored])
-        await tx.reparent(self._nodes[at + 1].pk, pk)
-        self._nodes.insert(at + 1, _Node(pk, stored, _encode(stored)))
+        node = _Node(stored, _encode(stored))
+        change.ops.append(_Op("insert", parent=self._nodes[at], nodes=[node]))
+        change.ops.append(_Op("reparent", node=self._nodes[at + 1], parent=node))
+        self._nodes.insert(at + 1, node)
+        return change
 
-    async def clear(self, tx: FencedTransaction) -> None:
-        """Delete every message of the conversation."""
-        await tx.clear()
+    def clear(self) -> Change:
+        """Remove every message of the conversation."""
         self._nodes.clear()
+        return Change(self._branch, [_Op("clear")])
 
-    async def _update(self, tx: FencedTransaction, index: int, message: UIMessage) -> None:
+    @property
+    def _leaf(self) -> _Node | None:
+        return self._nodes[-1] if self._nodes else None
+
+    def _update(self, change: Change, index: int, message: UIMessage) -> None:
         stored = sanitize_message(message)
         encoded = _encode(stored)
         node = self._nodes[index]
         if encoded == node.encoded:
             return
-        await tx.update_message(node.pk, stored)
         node.message, node.encoded = stored, encoded
+        change.ops.append(_Op("update", node=node))
 
-    async def _insert(
-        self, tx: FencedTransaction, parent: int | None, messages: list[UIMessage]
-    ) -> None:
-        stored = [sanitize_message(m) for m in messages]
-        pks = await tx.insert_chain(parent, stored)
-        for pk, message in zip(pks, stored, strict=True):
-            self._nodes.append(_Node(pk, message, _encode(message)))
-
-
-async def _quietly(step: Awaitable[None]) -> None:
-    try:
-        await step
-    except Exception:
-        log.warning("could not reload the transcript", exc_info=True)
+    def _append(self, change: Change, messages: list[UIMessage]) -> None:
+        nodes = [_Node(s, _encode(s)) for s in (sanitize_message(m) for m in messages)]
+        change.ops.append(_Op("insert", parent=self._leaf, nodes=nodes))
+        self._nodes.extend(nodes)
 
 
 def _is_stale_placeholder(incoming: UIMessage, stored: UIMessage) -> bool:

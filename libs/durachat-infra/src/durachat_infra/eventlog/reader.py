@@ -29,11 +29,20 @@ class LogReader:
     Handlers are called in entry order, synchronously, on the event loop.
     """
 
-    def __init__(self, redis: Redis, blocking: Redis, wake_key: str, *, block_ms: int = 5000):
+    def __init__(
+        self,
+        redis: Redis,
+        blocking: Redis,
+        wake_key: str,
+        *,
+        block_ms: int = 5000,
+        coalesce: float = 0.001,
+    ):
         self._redis = redis
         self._blocking = blocking
         self._wake_key = wake_key
         self._block_ms = block_ms
+        self._coalesce = coalesce
         self._follows: dict[str, tuple[str, EntryHandler]] = {}
         self._wake_id = "$"
         self._task: asyncio.Task[None] | None = None
@@ -122,3 +131,8 @@ class LogReader:
                     handler(entries)
                 except Exception:
                     log.exception("event log handler failed for %s", key)
+            if result and self._coalesce:
+                # Under load every read would return a few entries of a few logs, and each read
+                # names every followed log. Waiting a moment lets entries gather, so one read
+                # carries many; an idle log still wakes the read at once.
+                await asyncio.sleep(self._coalesce)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from durachat_infra.eventlog.entries import ALL, Kind
 from durachat_infra.eventlog.scripts import APPEND
@@ -56,6 +56,7 @@ class LogWriter:
         self._queue: dict[ConversationKeys, list[_Append]] = {}
         self._flusher: asyncio.Task[None] | None = None
         self._script = redis.register_script(APPEND)
+        self._loaded = False
         self._on_fenced = on_fenced
 
     def append(
@@ -142,11 +143,20 @@ class LogWriter:
                         item.done.set_result(str(entry_id))
 
     async def _write(self, batch: dict[ConversationKeys, list[_Append]]) -> list[object]:
+        if not self._loaded:
+            await self._redis.script_load(APPEND)
+            self._loaded = True
+        # EVALSHA straight away: a pipeline of registered scripts would first ask SCRIPT EXISTS,
+        # one more round trip per batch.
         pipe = self._redis.pipeline(transaction=False)
         for keys, items in batch.items():
             args: list[str] = [self._owner, self._maxlen]
             for item in items:
                 args += [item.kind.value, item.frame, item.target, item.request, item.state]
-            await self._script(keys=[keys.log, keys.state, keys.lease], args=args, client=pipe)
+            pipe.evalsha(self._script.sha, 3, keys.log, keys.state, keys.lease, *args)
         results: list[object] = await pipe.execute(raise_on_error=False)
+        if any(isinstance(r, NoScriptError) for r in results):
+            # Redis restarted and forgot the script; nothing of this batch was applied.
+            self._loaded = False
+            raise NoScriptError("append script not loaded")
         return results

@@ -249,6 +249,17 @@ class Store:
             rows = await _path(conn, leaf)
         return [row.body for row in rows]
 
+    async def recent_request_ids(self, conversation_id: int, *, limit: int = 256) -> list[str]:
+        """Request ids of the conversation's newest turns, newest first (for fast dedupe)."""
+        async with self._read("recent turns") as conn:
+            rows = await conn.execute(
+                select(Turn.request_id)
+                .where(Turn.conversation_id == conversation_id)
+                .order_by(Turn.id.desc())
+                .limit(limit)
+            )
+            return [str(r[0]) for r in rows]
+
     async def get_turn(self, conversation_id: int, request_id: str) -> TurnRecord | None:
         """Return the turn `request_id` of the conversation, or `None`."""
         async with self._read("get turn") as conn:
