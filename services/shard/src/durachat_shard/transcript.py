@@ -18,7 +18,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Literal
 
-from durachat.messages import reconcile_messages, resolve_tool_merge_id, sanitize_message
+from durachat.messages import (
+    reconcile_messages,
+    resolve_tool_merge_id,
+    sanitize_message,
+    tool_call_ids,
+)
 from durachat.types import UIMessage
 from durachat_infra.store import FencedTransaction
 
@@ -115,6 +120,10 @@ class Transcript:
         merged = reconcile_messages(incoming, server)
         resolved: list[UIMessage] = []
         for message in merged:
+            # Only assistant messages with tool calls can adopt another message's id.
+            if message.get("role") != "assistant" or not tool_call_ids(message):
+                resolved.append(message)
+                continue
             message_id = resolve_tool_merge_id(message, server)
             resolved.append(
                 message if message_id == message.get("id") else {**message, "id": message_id}
@@ -177,9 +186,13 @@ class Transcript:
         return self._nodes[-1] if self._nodes else None
 
     def _update(self, change: Change, index: int, message: UIMessage) -> None:
+        node = self._nodes[index]
+        # Clients send the whole transcript with every request, mostly exactly as stored; a
+        # plain comparison spares sanitising and encoding every message every time.
+        if message == node.message:
+            return
         stored = sanitize_message(message)
         encoded = _encode(stored)
-        node = self._nodes[index]
         if encoded == node.encoded:
             return
         node.message, node.encoded = stored, encoded
