@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from durachat_infra.cluster import ClusterView, LeaseHeldError, Leases
 from durachat_infra.eventlog import LogWriter
 from durachat_infra.keys import ConversationKeys, conversation_tag
 from durachat_infra.store import ConversationKey, FencedError, Store
+from durachat_infra.tasks import cancel_and_wait
 from durachat_shard.actor import ConversationActor
 from durachat_shard.emitter import Emitter
 from durachat_shard.transcript import Transcript
@@ -86,10 +86,7 @@ class Conversations:
     async def stop(self) -> None:
         """Release every conversation."""
         self._draining = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         await asyncio.gather(*(self._release(key) for key in list(self._held)))
 
     async def get(self, key: ConversationKey) -> ConversationActor:

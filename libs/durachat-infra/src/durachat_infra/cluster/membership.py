@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -15,6 +14,7 @@ from redis.exceptions import RedisError
 
 from durachat_infra.cluster.rendezvous import owner_of
 from durachat_infra.keys import ClusterKeys
+from durachat_infra.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +76,7 @@ class ShardRegistration:
 
     async def stop(self) -> None:
         """Stop heartbeating and deregister at once."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         try:
             pipe = self._redis.pipeline(transaction=True)
             pipe.delete(self._keys.shard(self._info.id))
@@ -139,10 +136,7 @@ class ClusterView:
 
     async def stop(self) -> None:
         """Stop refreshing."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def refresh(self) -> dict[str, ShardInfo]:
         """Re-read the live shards from Redis."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +14,7 @@ from durachat_infra.eventlog.entries import LogEntry
 from durachat_infra.eventlog.scripts import SNAPSHOT
 from durachat_infra.eventlog.state import StreamState
 from durachat_infra.keys import ConversationKeys
+from durachat_infra.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +57,7 @@ class LogReader:
 
     async def stop(self) -> None:
         """Stop following everything."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         await self._redis.delete(self._wake_key)
 
     async def snapshot(self, keys: ConversationKeys) -> tuple[StreamState, str]:

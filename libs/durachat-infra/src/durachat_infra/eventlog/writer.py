@@ -32,6 +32,10 @@ class _Append:
     done: asyncio.Future[str] | None = field(default=None)
 
 
+def _state_json(state: dict[str, str] | None) -> str:
+    return json.dumps(state, separators=(",", ":")) if state else ""
+
+
 class LogWriter:
     """Appends entries to conversation event logs on behalf of their owner.
 
@@ -70,9 +74,7 @@ class LogWriter:
         state: dict[str, str] | None = None,
     ) -> None:
         """Queue an entry; `state` changes the stream state hash atomically with it."""
-        encoded = json.dumps(state, separators=(",", ":")) if state else ""
-        self._queue.setdefault(keys, []).append(_Append(kind, frame, target, request, encoded))
-        self._kick()
+        self._enqueue(keys, _Append(kind, frame, target, request, _state_json(state)))
 
     def append_waitable(
         self,
@@ -87,12 +89,12 @@ class LogWriter:
         """Queue an entry; the future resolves to its entry id once written (or fails with
         `LogFencedError`)."""
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        encoded = json.dumps(state, separators=(",", ":")) if state else ""
-        self._queue.setdefault(keys, []).append(
-            _Append(kind, frame, target, request, encoded, done)
-        )
-        self._kick()
+        self._enqueue(keys, _Append(kind, frame, target, request, _state_json(state), done))
         return done
+
+    def _enqueue(self, keys: ConversationKeys, item: _Append) -> None:
+        self._queue.setdefault(keys, []).append(item)
+        self._kick()
 
     async def flush(self) -> None:
         """Wait until every entry queued so far is written (or dropped as fenced)."""
