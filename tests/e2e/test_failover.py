@@ -193,3 +193,45 @@ async def test_sigterm_mid_reply_ends_the_stream_cleanly(cluster: LocalCluster) 
     await client.close()
     await other.close()
     _replace(cluster, owner)
+
+
+async def test_a_joining_shard_does_not_cut_off_a_streaming_turn(cluster: LocalCluster) -> None:
+    from durachat_infra.cluster import owner_of
+    from durachat_infra.keys import conversation_tag
+
+    async with httpx.AsyncClient(base_url=cluster.urls[0]) as http:
+        live = [s["id"] for s in (await http.get("/v1/cluster")).json()["shards"]]
+    joiner = f"joiner-{time.time_ns() % 100000}"
+    # A conversation that the joining shard will own once it is up.
+    name = next(
+        n
+        for n in (f"join-{i}" for i in range(10_000))
+        if owner_of(conversation_tag("default", AGENT, n), [*live, joiner]) == joiner
+    )
+    client = await WsClient.connect(cluster.urls[0], AGENT, name)
+    # Three slow replies queue up: about 15 s of streaming on the current owner.
+    requests = [chat_request([user_message(f"slow {i} while a shard joins")]) for i in range(3)]
+    for request in requests:
+        await client.send(request)
+    first = requests[0]["id"]
+    await client.wait_for(lambda f: f.get("id") == first and f.get("seq") == 3, timeout=20)
+    old_owner = await _owner(cluster, name)
+    process = cluster.spawn_shard(joiner)
+    cluster.wait_ready(60)
+    new_owner = await _owner(cluster, name)
+    assert new_owner.pid == process.pid != old_owner.pid
+    # Frames of the running turn still reach the shard that holds it: cancel the one streaming.
+    finished = {f["id"] for f in client.frames if f.get("done") is True}
+    running = next(r["id"] for r in requests if r["id"] not in finished)
+    await client.send({"type": "cf_agent_chat_request_cancel", "id": running})
+    done = await client.wait_done(running, timeout=15)
+    assert done["outcome"] == "aborted"
+    for request in requests:
+        await client.wait_done(request["id"], timeout=30)
+    # Once idle the conversation moves, and its history comes along.
+    history = await get_messages(cluster.urls[0], AGENT, name)
+    assert await _chat(client, [*history, user_message("after the join")]) == "echo: after the join"
+    after = await get_messages(cluster.urls[0], AGENT, name)
+    assert [m["role"] for m in after][-2:] == ["user", "assistant"]
+    assert len(after) == 8
+    await client.close()

@@ -119,6 +119,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
                     "address": s.address,
                     "agents": list(s.agents),
                     "active_conversations": s.active_conversations,
+                    "draining": s.draining,
                 }
                 for s in sorted(shards.values(), key=lambda s: s.id)
             ]

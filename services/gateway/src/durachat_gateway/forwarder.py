@@ -49,8 +49,14 @@ class Forwarder:
         deadline = time.monotonic() + self._timeout
         delay = 0.02
         last_error = "no live shard"
+        hint: str | None = None
+        followed = False
         while True:
-            owner = self._view.owner(routing_key)
+            # A shard that is not the owner names the shard holding the conversation, if any.
+            owner = self._view.shards.get(hint) if hint else None
+            if owner is None or owner.draining:
+                owner = self._view.owner(routing_key)
+            hint = None
             if owner is not None:
                 try:
                     response = await self._http.post(
@@ -63,6 +69,12 @@ class Forwarder:
                         return
                     body = _json(response)
                     code = str(body.get("code", "shard_error"))
+                    if response.status_code == 409 and isinstance(body.get("owner"), str):
+                        hint = body["owner"]
+                        # Follow one redirect at once; a second one waits for the backoff.
+                        if hint != owner.id and not followed:
+                            followed = True
+                            continue
                     if response.status_code == 404:
                         raise ForwardError(code, "unknown agent")
                     last_error = f"shard {owner.id} answered {response.status_code} {code}"
@@ -71,6 +83,7 @@ class Forwarder:
             log.debug("retrying forward: %s", last_error)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
+            followed = False
             try:
                 await self._view.refresh()
             except Exception:

@@ -130,16 +130,12 @@ class Conversations:
         if agent_cls is None:
             raise UnknownAgentError(key.agent)
         keys = ConversationKeys(self._prefix, routing_key(key))
-        deadline = time.monotonic() + self._lease_ttl + 2.0
-        while True:
-            try:
-                grant = await self._leases.acquire(keys)
-                break
-            except LeaseHeldError as exc:
-                # The previous owner is alive and still hands the conversation over.
-                if time.monotonic() > deadline:
-                    raise NotOwnerError(exc.holder) from exc
-                await asyncio.sleep(0.05)
+        try:
+            grant = await self._leases.acquire(keys)
+        except LeaseHeldError as exc:
+            # A live shard still holds it (it is finishing a turn, or draining): send the
+            # gateway there. Gateways keep retrying until the holder lets go.
+            raise NotOwnerError(exc.holder) from exc
         conversation = await self._store.get_or_create_conversation(key)
         epoch = await self._claim(keys, conversation.id, grant.epoch)
         stored = await self._store.load_path(conversation.id)

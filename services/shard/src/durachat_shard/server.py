@@ -111,8 +111,9 @@ async def serve(settings: ShardSettings) -> None:
         await stop.wait()
     finally:
         log.info("shard %s stopping", settings.shard_id)
-        await registration.stop()
+        await registration.drain()
         await conversations.stop()
+        await registration.stop()
         await writer.close()
         server.should_exit = True
         await serving

@@ -31,6 +31,8 @@ class ShardInfo:
     agents: tuple[str, ...] = ()
     """Names of the agents it serves."""
     active_conversations: int = 0
+    draining: bool = False
+    """Shutting down: it finishes what it holds but takes no conversation on."""
 
     def to_json(self) -> str:
         """Serialise for the registry."""
@@ -68,11 +70,21 @@ class ShardRegistration:
         self._ttl_ms = int(ttl * 1000)
         self._active = active
         self._task: asyncio.Task[None] | None = None
+        self._draining = False
 
     async def start(self) -> None:
         """Register now and keep heartbeating."""
         await self._beat()
         self._task = asyncio.create_task(self._loop(), name="shard-heartbeat")
+
+    async def drain(self) -> None:
+        """Announce that this shard is shutting down.
+
+        It stays registered, so nobody takes its leases over while it finishes, but routing
+        leaves it at once.
+        """
+        self._draining = True
+        await self._beat()
 
     async def stop(self) -> None:
         """Stop heartbeating and deregister at once."""
@@ -93,6 +105,7 @@ class ShardRegistration:
             started_at=self._info.started_at,
             agents=self._info.agents,
             active_conversations=self._active(),
+            draining=self._draining,
         )
         pipe = self._redis.pipeline(transaction=True)
         pipe.set(self._keys.shard(self._info.id), info.to_json(), px=self._ttl_ms)
@@ -125,8 +138,8 @@ class ClusterView:
         return self._shards
 
     def owner(self, key: str) -> ShardInfo | None:
-        """The live shard owning `key`, by rendezvous hashing."""
-        shard_id = owner_of(key, self._shards)
+        """The live shard owning `key`, by rendezvous hashing over shards not draining."""
+        shard_id = owner_of(key, (i for i, s in self._shards.items() if not s.draining))
         return None if shard_id is None else self._shards[shard_id]
 
     async def start(self) -> None:
