@@ -240,22 +240,33 @@ async def _serve(
             continue
         kind: str = frame["type"]
         FRAMES_IN.labels(kind if kind.startswith("cf_agent_") else "other").inc()
-        if kind == MessageType.STREAM_RESUME_REQUEST.value:
-            probe = frame.get("probeId")
-            channel.resume_request(conn, probe if isinstance(probe, str) else None)
-        elif kind == MessageType.STREAM_RESUME_ACK.value:
-            request_id = frame.get("id")
-            if isinstance(request_id, str):
-                await channel.resume_ack(conn, request_id)
+        if kind in (MessageType.STREAM_RESUME_REQUEST.value, MessageType.STREAM_RESUME_ACK.value):
+            if conn.forwarding:
+                # Answer after the frames sent before it have reached the shard, so a probe
+                # right after a request sees that request.
+                conn.forward(lambda frame=frame: _resume(channel, conn, frame))  # type: ignore[misc]
             else:
-                _error(conn, "invalid_frame", "a resume ack needs the request `id`")
+                await _resume(channel, conn, frame)
         elif kind in FORWARDED:
-            await _forward(r, conn, key, tag, frame)
+            _forward(r, conn, key, tag, frame)
         else:
             _error(conn, "unknown_frame", f"frame type {kind!r} is not supported")
 
 
-async def _forward(
+async def _resume(channel: Channel, conn: ClientConnection, frame: dict[str, Any]) -> None:
+    """The resume handshake, answered by the gateway from the event log."""
+    if frame["type"] == MessageType.STREAM_RESUME_REQUEST.value:
+        probe = frame.get("probeId")
+        channel.resume_request(conn, probe if isinstance(probe, str) else None)
+        return
+    request_id = frame.get("id")
+    if isinstance(request_id, str):
+        await channel.resume_ack(conn, request_id)
+    else:
+        _error(conn, "invalid_frame", "a resume ack needs the request `id`")
+
+
+def _forward(
     r: Runtime, conn: ClientConnection, key: ConversationKey, tag: str, frame: dict[str, Any]
 ) -> None:
     payload = {
@@ -265,8 +276,8 @@ async def _forward(
         "connection": conn.id,
         "frame": frame,
     }
-    # One forward at a time per connection keeps a client's frames in order.
-    async with conn.forwarding:
+
+    async def deliver() -> None:
         try:
             await r.forwarder.forward(tag, payload)
         except ForwardError as exc:
@@ -285,3 +296,5 @@ async def _forward(
                     }
                 )
             _error(conn, exc.code, exc.message)
+
+    conn.forward(deliver)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -13,6 +14,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from durachat_infra.eventlog import LogEntry
 
 log = logging.getLogger(__name__)
+
+_draining: set[asyncio.Task[None]] = set()
+"""Forwarders of closed connections still delivering their last frames."""
 
 SLOW_CONSUMER_CLOSE = 1013
 """Close code for a client that can't keep up; it reconnects and resumes from the log."""
@@ -41,11 +45,42 @@ class ClientConnection:
         self.replayed: tuple[str, tuple[int, int]] | None = None
         """(request id, last entry id) of the last replay: live entries of that request up to
         there were already sent as replay and are skipped if the log reader delivers them late."""
-        self.forwarding: asyncio.Lock = asyncio.Lock()
+        self._outbox: asyncio.Queue[Callable[[], Awaitable[None]] | None] = asyncio.Queue()
+        self._forwarder: asyncio.Task[None] | None = None
+        self._in_flight = 0
 
     def start(self) -> None:
         """Start the writer."""
         self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer-{self.id}")
+
+    def forward(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Queue work that delivers a client frame to its shard.
+
+        Forwards run one at a time, in arrival order, beside the receive loop: a frame stuck in
+        retries (a shard failing over) does not hold up the frames the gateway answers itself,
+        such as the resume handshake.
+        """
+        self._in_flight += 1
+        self._outbox.put_nowait(work)
+        if self._forwarder is None:
+            self._forwarder = asyncio.create_task(self._forward_loop(), name=f"fwd-{self.id}")
+
+    async def _forward_loop(self) -> None:
+        while True:
+            work = await self._outbox.get()
+            if work is None:
+                return
+            try:
+                await work()
+            except Exception:
+                log.exception("forwarding a frame of %s failed", self.id)
+            finally:
+                self._in_flight -= 1
+
+    @property
+    def forwarding(self) -> bool:
+        """Whether frames of this connection are still on their way to a shard."""
+        return self._in_flight > 0
 
     def send(self, text: str) -> None:
         """Queue a frame; never blocks."""
@@ -63,8 +98,14 @@ class ClientConnection:
         self.send(json.dumps(frame, separators=(",", ":"), ensure_ascii=False))
 
     async def aclose(self) -> None:
-        """Stop the writer after it drains what is queued."""
+        """Stop the writer after it drains what is queued; frames still being forwarded are
+        delivered (a cancel or a request sent just before closing must not be lost)."""
         self.closed = True
+        if self._forwarder is not None:
+            # Finish in the background; the task is kept referenced until it ends.
+            self._outbox.put_nowait(None)
+            _draining.add(self._forwarder)
+            self._forwarder.add_done_callback(_draining.discard)
         if self._writer is not None:
             try:
                 self._queue.put_nowait(None)
