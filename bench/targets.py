@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import time
@@ -70,6 +71,8 @@ def start_durachat(
         gateways=1,
         shards=2,
         jobs=1,
+        # The embedded SQLite by default; BENCH_DATABASE_URL measures another database.
+        database_url=os.environ.get("BENCH_DATABASE_URL") or None,
         env=_env_overrides(),
         log_dir=var_dir / "logs",
     )

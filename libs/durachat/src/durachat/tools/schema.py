@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from pydantic import BaseModel
 
@@ -44,7 +44,7 @@ _SCHEMA_VALUES: Final = frozenset(
 )
 
 
-def is_valid_tool_name(name: object) -> bool:
+def is_valid_tool_name(name: object) -> TypeGuard[str]:
     """Tell whether `name` is usable as a function name (`^[A-Za-z0-9_-]{1,64}$`)."""
     return isinstance(name, str) and TOOL_NAME_PATTERN.fullmatch(name) is not None
 

@@ -200,7 +200,12 @@ class Tool:
         """
         model = self.input_model
         if model is None:
-            value = json.loads(raw_input) if isinstance(raw_input, str) else raw_input
+            value = raw_input
+            if isinstance(value, str | bytes):
+                try:
+                    value = json.loads(value)
+                except ValueError:
+                    value = None
             if not isinstance(value, dict):
                 raise ToolInputError(f"Invalid input for tool {self.name}: expected a JSON object")
             return value
@@ -231,7 +236,7 @@ class Tool:
             return check
         try:
             value = self.validate_input(raw_input)
-        except (ToolInputError, ValueError):
+        except ToolInputError:
             return False
         decision = check(value)
         if inspect.isawaitable(decision):
@@ -261,7 +266,7 @@ class ToolDecorator:
         self,
         *,
         description: str,
-        input: type[BaseModel],  # noqa: A002 - mirrors the AI SDK's `tool({inputSchema})`
+        input: type[BaseModel],
         needs_approval: bool | ApprovalCheck,
         blocking: bool,
     ) -> None:
@@ -273,7 +278,7 @@ class ToolDecorator:
     def __call__(self, execute: Callable[..., Any]) -> Tool:
         """Make the tool, named `execute.__name__`."""
         return Tool(
-            execute.__name__,
+            _function_name(execute),
             description=self._description,
             input_model=self._input,
             execute=execute,
@@ -287,7 +292,7 @@ def tool(
     name: str,
     *,
     description: str,
-    input: type[BaseModel],  # noqa: A002
+    input: type[BaseModel],
     execute: Callable[..., Any] | None = None,
     needs_approval: bool | ApprovalCheck = False,
     blocking: bool = False,
@@ -299,7 +304,7 @@ def tool(
     name: None = None,
     *,
     description: str,
-    input: type[BaseModel],  # noqa: A002
+    input: type[BaseModel],
     execute: Callable[..., Any],
     needs_approval: bool | ApprovalCheck = False,
     blocking: bool = False,
@@ -311,7 +316,7 @@ def tool(
     name: None = None,
     *,
     description: str,
-    input: type[BaseModel],  # noqa: A002
+    input: type[BaseModel],
     execute: None = None,
     needs_approval: bool | ApprovalCheck = False,
     blocking: bool = False,
@@ -322,7 +327,7 @@ def tool(
     name: str | None = None,
     *,
     description: str,
-    input: type[BaseModel],  # noqa: A002
+    input: type[BaseModel],
     execute: Callable[..., Any] | None = None,
     needs_approval: bool | ApprovalCheck = False,
     blocking: bool = False,
@@ -350,13 +355,15 @@ def tool(
         ValueError: Invalid tool name, or `blocking` with an async `execute`.
         TypeError: `execute` takes more than two required positional parameters.
     """
-    if name is None and execute is None:
-        return ToolDecorator(
-            description=description, input=input, needs_approval=needs_approval, blocking=blocking
-        )
     if name is None:
-        assert execute is not None
-        name = execute.__name__
+        if execute is None:
+            return ToolDecorator(
+                description=description,
+                input=input,
+                needs_approval=needs_approval,
+                blocking=blocking,
+            )
+        name = _function_name(execute)
     return Tool(
         name,
         description=description,
@@ -365,6 +372,13 @@ def tool(
         needs_approval=needs_approval,
         blocking=blocking,
     )
+
+
+def _function_name(fn: Callable[..., Any]) -> str:
+    name = getattr(fn, "__name__", None)
+    if not isinstance(name, str):
+        raise ValueError(f"{fn!r} has no __name__; give the tool a name")
+    return name
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
