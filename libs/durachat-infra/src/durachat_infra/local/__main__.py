@@ -35,10 +35,18 @@ def main() -> None:
         print(f"durachat is running at {cluster.urls[0]}  (Ctrl-C stops it)", flush=True)
         print(f"  try: durachat chat --url {cluster.urls[0]} 'hello there'", flush=True)
         while not stop.wait(0.5):
-            for process in cluster.processes:
-                if process.popen.poll() is not None:
-                    print(f"{process.name} exited with {process.popen.returncode}", flush=True)
-                    stop.set()
+            exited = [
+                (p.name, p.popen.returncode)
+                for p in cluster.processes
+                if p.popen.poll() is not None
+            ]
+            for process in cluster.restart_exited():
+                code = dict(exited).get(process.name)
+                print(
+                    f"{process.name} exited with {code}; restarted (pid {process.pid}, "
+                    f"restart {process.restarts})",
+                    flush=True,
+                )
     finally:
         print("stopping durachat ...", flush=True)
         cluster.stop()

@@ -21,6 +21,9 @@ class Process:
     role: str
     name: str
     popen: subprocess.Popen[bytes]
+    module: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+    restarts: int = 0
 
     @property
     def pid(self) -> int:
@@ -109,9 +112,22 @@ class LocalCluster:
                 )
         else:
             popen = subprocess.Popen([sys.executable, "-m", module], env=env)
-        process = Process(role, name, popen)
+        process = Process(role, name, popen, module, extra)
         self.processes.append(process)
         return process
+
+    def restart_exited(self) -> list[Process]:
+        """Start again every child that exited (the way Kubernetes restarts a crashed pod);
+        returns the replacements."""
+        replaced: list[Process] = []
+        for process in list(self.processes):
+            if process.popen.poll() is None:
+                continue
+            self.processes.remove(process)
+            fresh = self._spawn(process.role, process.name, process.module, process.extra)
+            fresh.restarts = process.restarts + 1
+            replaced.append(fresh)
+        return replaced
 
     @property
     def urls(self) -> list[str]:

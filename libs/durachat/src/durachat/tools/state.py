@@ -62,7 +62,9 @@ def apply_tool_result(
     return {**part, "state": "output-available", "output": output, "preliminary": False}
 
 
-def apply_tool_approval(part: UIPart, approved: bool, *, reason: str | None = None) -> UIPart | None:
+def apply_tool_approval(
+    part: UIPart, approved: bool, *, reason: str | None = None
+) -> UIPart | None:
     """Apply the user's answer to an approval request (`cf_agent_tool_approval`).
 
     Only a part in `input-available` or `approval-requested` changes, so answering twice is a

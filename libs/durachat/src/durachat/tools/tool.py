@@ -120,7 +120,7 @@ class Tool:
         """
         if not is_valid_tool_name(name):
             raise ValueError(f"invalid tool name {name!r}: must match ^[A-Za-z0-9_-]{{1,64}}$")
-        if (input_model is None) == (parameters is None):
+        if input_model is not None and parameters is not None:
             raise ValueError("give exactly one of input_model and parameters")
         if blocking and execute is not None and _is_async(execute):
             raise ValueError(f"tool {name!r}: blocking=True applies only to a sync execute")
@@ -130,9 +130,12 @@ class Tool:
         self.execute = execute
         self.needs_approval = needs_approval
         self.blocking = blocking
-        self._parameters = (
-            function_parameters(input_model) if input_model is not None else copy.deepcopy(parameters)
-        )
+        if input_model is not None:
+            self._parameters = function_parameters(input_model)
+        elif parameters is not None:
+            self._parameters = copy.deepcopy(parameters)
+        else:
+            raise ValueError("give exactly one of input_model and parameters")
         self._arity = _positional_arity(name, execute) if execute is not None else 0
 
     def __repr__(self) -> str:

@@ -101,7 +101,9 @@ class ToolSet(Mapping[str, Tool]):
     def unavailable(self, call_id: str, tool_name: str) -> ToolEvent:
         """Return the ERROR event for a call to a tool that is not in this set."""
         available = (
-            f"Available tools: {', '.join(self._tools)}." if self._tools else "No tools are available."
+            f"Available tools: {', '.join(self._tools)}."
+            if self._tools
+            else "No tools are available."
         )
         return ToolEvent.failure(
             call_id, f"Model tried to call unavailable tool '{tool_name}'. {available}"

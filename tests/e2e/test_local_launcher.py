@@ -1,0 +1,87 @@
+"""`durachat-local` (what `make run` starts): a whole cluster, supervised, stopped as one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from durachat_infra.local.redis_server import free_port
+from support.waiting import eventually
+from support.wsclient import WsClient, chat_request, user_message
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
+
+
+async def _shards(url: str) -> dict[str, int]:
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=2) as http:
+            body = (await http.get("/v1/cluster")).json()
+    except httpx.HTTPError:
+        return {}
+    return {s["id"]: s["pid"] for s in body["shards"]}
+
+
+async def test_make_run_cluster_restarts_crashed_children_and_stops_all(tmp_path: Path) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "PORT": str(port),
+        "DURACHAT_VAR_DIR": str(tmp_path / "var"),
+        "DURACHAT_HEARTBEAT_INTERVAL": "0.2",
+        "DURACHAT_SHARD_TTL": "1.0",
+    }
+    env.pop("REDIS_URL", None)
+    env.pop("DATABASE_URL", None)
+    launcher = subprocess.Popen(  # noqa: ASYNC220 - a plain child, watched with psutil
+        [sys.executable, "-m", "durachat_infra.local"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        shards = await eventually(lambda: _two_shards(url), timeout=90)
+        # The embedded defaults: a private Redis and a SQLite file under the var dir.
+        assert (tmp_path / "var" / "durachat.db").exists()
+        client = await WsClient.connect(url, "chat-agent", "launcher")
+        request = chat_request([user_message("hi")])
+        await client.send(request)
+        await client.wait_done(request["id"])
+        assert client.text(request["id"]) == "echo: hi"
+        await client.close()
+        # A crashed shard comes back, as Kubernetes would restart it.
+        victim, pid = sorted(shards.items())[0]
+        os.kill(pid, signal.SIGKILL)
+        await eventually(lambda: _replaced(url, victim, pid), timeout=60)
+        children = [p.pid for p in psutil.Process(launcher.pid).children(recursive=True)]
+        assert len(children) >= 5  # redis, 2 shards, jobs, gateway
+    finally:
+        launcher.send_signal(signal.SIGTERM)
+        output, _ = launcher.communicate(timeout=60)
+    text = output.decode(errors="replace")
+    assert f"durachat is running at {url}" in text
+    assert "restarted" in text
+    assert launcher.returncode == 0
+    still = [
+        pid
+        for pid in children
+        if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
+    ]
+    assert still == []
+
+
+async def _two_shards(url: str) -> dict[str, int]:
+    shards = await _shards(url)
+    return shards if len(shards) == 2 else {}
+
+
+async def _replaced(url: str, shard_id: str, old_pid: int) -> bool:
+    shards = await _shards(url)
+    return shards.get(shard_id) not in (None, old_pid)
