@@ -112,7 +112,7 @@ def test_validate_input_error_names_every_field() -> None:
 
 def test_validate_input_of_non_object() -> None:
     made = tool("weather", description="d", input=City)
-    with pytest.raises(ToolInputError, match="^Invalid input for tool weather: Input should be"):
+    with pytest.raises(ToolInputError, match=r"^Invalid input for tool weather: Input should be"):
         made.validate_input([1, 2])
 
 

@@ -10,8 +10,17 @@ with no JSON form all become a final ERROR event, which the model then sees as t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Generator, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Sequence,
+)
 from typing import Any, Final
 
 from durachat.tools.events import ToolEvent, ToolEventKind
@@ -31,7 +40,7 @@ async def run_tool(
     *,
     abort: asyncio.Event | None = None,
     messages: Sequence[UIMessage] = (),
-) -> AsyncIterator[ToolEvent]:
+) -> AsyncGenerator[ToolEvent, None]:
     """Validate a call's input, run the tool and report what happens.
 
     A sync `execute` is called on the event loop, or in a worker thread when the tool is
@@ -70,13 +79,16 @@ async def run_tool(
         return
     if isinstance(result, AsyncIterable):
         iterator = aiter(result)
-        async for event in _stream(call_id, lambda: anext(iterator, _DONE), _aclose(iterator)):
-            yield event
+        stream = _stream(call_id, lambda: anext(iterator, _DONE), _aclose(iterator))
     elif inspect.isgenerator(result):
-        async for event in _stream(call_id, _sync_step(result, tool.blocking), _close(result)):
-            yield event
+        stream = _stream(call_id, _sync_step(result, tool.blocking), _close(result))
     else:
         yield _event(call_id, ToolEventKind.OUTPUT, result)
+        return
+    # Closing this generator must close the tool's at once, not when it is garbage collected.
+    async with contextlib.aclosing(stream):
+        async for event in stream:
+            yield event
 
 
 async def _start(tool: Tool, value: Any, context: ToolContext) -> Any:
@@ -93,7 +105,7 @@ async def _stream(
     call_id: str,
     step: Callable[[], Awaitable[Any]],
     close: Callable[[], Awaitable[None]],
-) -> AsyncIterator[ToolEvent]:
+) -> AsyncGenerator[ToolEvent, None]:
     last: Any = None
     outcome: ToolEvent
     try:

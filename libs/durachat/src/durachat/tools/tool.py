@@ -355,7 +355,8 @@ def tool(
         `ToolDecorator`.
 
     Raises:
-        ValueError: Invalid tool name, or `blocking` with an async `execute`.
+        ValueError: Invalid tool name, no name and an `execute` without `__name__`, or
+            `blocking` with an async `execute`.
         TypeError: `execute` takes more than two required positional parameters.
     """
     if name is None:
