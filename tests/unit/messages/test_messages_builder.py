@@ -468,9 +468,10 @@ def test_tool_output_available_sets_output_and_preliminary() -> None:
     )
     assert parts == [tool_part("output-available", input={}, output=[1], preliminary=True)]
     apply_chunk_to_parts(parts, {"type": "tool-output-available", "toolCallId": "c1", "output": 2})
-    # No first-write-wins here: a later output replaces a preliminary one.
+    # No first-write-wins here: a later output replaces a preliminary one, and the final
+    # result is no longer preliminary (as the AI SDK client shows it).
     assert parts[0]["output"] == 2
-    assert parts[0]["preliminary"] is True
+    assert "preliminary" not in parts[0]
 
 
 def test_tool_output_available_without_part_is_handled_noop() -> None:

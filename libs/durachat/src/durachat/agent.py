@@ -17,10 +17,11 @@ from __future__ import annotations
 import asyncio
 import importlib
 import re
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from durachat.tools import Tool
 from durachat.types import JSONDict, UIChunk, UIMessage
 
 
@@ -63,6 +64,12 @@ class Agent:
 
     system_prompt: str | None = None
 
+    tools: Sequence[Tool] = ()
+    """Tools the model may call (see `durachat.tools.tool`); the client's own tools join them."""
+
+    max_steps: int = 5
+    """The most model calls one reply may make (each tool round trip is one more)."""
+
     def __init__(self, conversation: str, *, model: str | None = None) -> None:
         self.conversation = conversation
         """The conversation's name (the `{name}` URL segment)."""
@@ -81,12 +88,20 @@ class Agent:
         return self.stream_model(turn)
 
     async def stream_model(self, turn: Turn, **litellm_kwargs: Any) -> AsyncIterator[UIChunk]:
-        """Stream `self.model` over the turn's transcript as UI message chunks."""
-        from durachat.models import stream_ui_chunks, to_chat_messages
+        """Stream `self.model` over the turn's transcript as UI message chunks, running the
+        server tools it calls between steps (see `durachat.steps`)."""
+        from durachat.steps import stream_steps
+        from durachat.tools import ToolSet, client_tools_from_schemas
 
-        messages = to_chat_messages(turn.messages, system=self.system_prompt)
-        async for chunk in stream_ui_chunks(
-            self.model, messages, abort=turn.abort, **litellm_kwargs
+        tools = ToolSet(self.tools).merged(client_tools_from_schemas(turn.client_tools))
+        async for chunk in stream_steps(
+            self.model,
+            turn.messages,
+            tools,
+            system=self.system_prompt,
+            abort=turn.abort,
+            max_steps=self.max_steps,
+            **litellm_kwargs,
         ):
             yield chunk
 

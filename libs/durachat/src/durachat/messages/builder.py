@@ -338,8 +338,11 @@ def _tool_output_available(parts: list[UIPart], chunk: UIChunk, _blocks: OpenBlo
         return
     part["state"] = "output-available"
     part["output"] = chunk.get("output")
-    if chunk.get("preliminary") is not None:
-        part["preliminary"] = chunk["preliminary"]
+    if chunk.get("preliminary"):
+        part["preliminary"] = True
+    else:
+        # The final result replaces the preliminary ones, as on the client.
+        part.pop("preliminary", None)
 
 
 def _tool_output_error(parts: list[UIPart], chunk: UIChunk, _blocks: OpenBlocks | None) -> None:

@@ -7,8 +7,13 @@ Call it through litellm like any other model, with the model string `durachat/sc
 * exactly `sure` (any case): one delta, `Sure`;
 * contains `slow`: 50 deltas `s00 ` ... `s49 `, `SLOW_INTERVAL` apart;
 * contains `error`: the delta `partial `, then a provider error (HTTP 500 to litellm);
+* `tool:<city>`: a call of the tool `getWeather` with `{"city": "<city>"}` (finish reason
+  `tool_calls`);
 * anything else: `echo: <text>` split after each space (`echo: `, `hello `, `world`),
   `ECHO_INTERVAL` apart.
+
+When the conversation ends with tool results (the step after a tool call), the reply is
+`tool result: <JSON>`: the JSON of the one output, or an array of them.
 
 `slow` and `error` are matched case-sensitively, in that order. Deltas are scheduled against the
 event loop's monotonic clock from the start of the stream (delta *i* is due at
@@ -27,7 +32,9 @@ completion tokens the number of deltas.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -62,17 +69,32 @@ ERROR_MESSAGE: Final = "scripted model failure"
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the scripted model makes."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Script:
     """What the scripted model replies to one request."""
 
     deltas: tuple[str, ...]
     interval: float
     fails: bool = False
+    calls: tuple[ToolCall, ...] = ()
+
+
+TOOL_DIRECTIVE: Final = "tool:"
 
 
 def script_for(text: str) -> Script:
     """The reply to a last user message whose text is `text` (delays at scale 1)."""
     text = text.strip()
+    if text.startswith(TOOL_DIRECTIVE):
+        city = text[len(TOOL_DIRECTIVE) :].strip()
+        return Script((), 0.0, calls=(ToolCall("getWeather", {"city": city}),))
     if text.lower() == "sure":
         return Script(("Sure",), 0.0)
     if "slow" in text:
@@ -98,6 +120,32 @@ def _content_text(content: Any) -> str:
             and isinstance(part.get("text"), str)
         )
     return ""
+
+
+def _tool_results(messages: list[dict[str, Any]]) -> list[Any] | None:
+    """Outputs of the tool results that end the conversation, if it ends with some."""
+    outputs: list[Any] = []
+    for message in reversed(messages):
+        if message.get("role") != "tool":
+            break
+        content = _content_text(message.get("content"))
+        try:
+            outputs.append(json.loads(content))
+        except ValueError:
+            outputs.append(content)
+    if not outputs:
+        return None
+    outputs.reverse()
+    return outputs
+
+
+def script_for_messages(messages: list[dict[str, Any]]) -> Script:
+    """The reply to a whole conversation: a tool-result step, or by the last user text."""
+    outputs = _tool_results(messages)
+    if outputs is not None:
+        shown = outputs[0] if len(outputs) == 1 else outputs
+        return Script(("tool result: " + json.dumps(shown, separators=(",", ":")),), 0.0)
+    return script_for(_last_user_text(messages))
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
@@ -141,14 +189,14 @@ class ScriptedLLM(CustomLLM):
         # The base class declares a coroutine, but litellm uses the return value directly as the
         # async iterator of chunks, so this must return the generator without awaiting.
         messages: list[dict[str, Any]] = kwargs["messages"]
-        script = script_for(_last_user_text(messages))
+        script = script_for_messages(messages)
         scale = _delay_scale(kwargs.get("optional_params") or {})
         return self._play(script, scale, _prompt_tokens(messages), str(kwargs.get("model", "")))
 
     async def acompletion(self, *args: Any, **kwargs: Any) -> ModelResponse:
         """Return the whole scripted text once the last delta would have been due."""
         messages: list[dict[str, Any]] = kwargs["messages"]
-        script = script_for(_last_user_text(messages))
+        script = script_for_messages(messages)
         scale = _delay_scale(kwargs.get("optional_params") or {})
         model = str(kwargs.get("model", ""))
         loop = asyncio.get_running_loop()
@@ -193,12 +241,26 @@ class ScriptedLLM(CustomLLM):
             }
         if script.fails:
             raise provider_error(ERROR_MESSAGE, provider=PROVIDER, model=model)
-        completion_tokens = len(script.deltas)
+        for index, call in enumerate(script.calls):
+            yield {
+                "text": "",
+                "tool_use": {
+                    "id": f"call_{uuid.uuid4().hex[:12]}",
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                    "index": index,
+                },
+                "is_finished": False,
+                "finish_reason": "",
+                "usage": None,
+                "index": 0,
+            }
+        completion_tokens = len(script.deltas) + len(script.calls)
         yield {
             "text": "",
             "tool_use": None,
             "is_finished": True,
-            "finish_reason": "stop",
+            "finish_reason": "tool_calls" if script.calls else "stop",
             "usage": {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,

@@ -1,0 +1,114 @@
+"""The multi-step model loop: call the model, run the server tools it asks for, call it again.
+
+One turn's reply may take several model steps. Each step streams the model over the transcript
+plus the reply so far; the tool calls it makes are decided one by one (`ToolSet.decide`):
+server tools run at once and their results (preliminary ones included) stream as chunks, tools
+that need approval stream an approval request, client tools are left for the client. When every
+call of a step ran on the server, the next step sees their results. The loop stops when a step
+makes no tool call, when a call waits for a human or a client, at `max_steps`, or on abort. The
+whole reply ends with one `finish`, the last step's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from durachat.messages import StreamAccumulator
+from durachat.models import stream_ui_chunks, to_chat_messages
+from durachat.tools import ToolCallDecision, ToolSet, approval_request_chunk, run_tool
+from durachat.types import UIChunk, UIMessage
+
+DEFAULT_MAX_STEPS = 5
+
+
+async def stream_steps(
+    model: str,
+    history: list[UIMessage],
+    tools: ToolSet,
+    *,
+    system: str | None = None,
+    abort: asyncio.Event | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    **litellm_kwargs: Any,
+) -> AsyncIterator[UIChunk]:
+    """Stream a reply of up to `max_steps` model steps, running server tools in between.
+
+    Args:
+        model: litellm model string.
+        history: the transcript the reply answers.
+        tools: the tools the model may call (agent tools and the client's).
+        system: system prompt.
+        abort: stops the loop (and the model stream) when set.
+        max_steps: the most model calls one reply may make.
+        **litellm_kwargs: passed to every model call.
+
+    Yields:
+        UI message chunks (no `start`: the host owns the message id).
+    """
+    reply = StreamAccumulator("reply")
+    specs = tools.for_model() or None
+    finish: UIChunk | None = None
+    for _ in range(max_steps):
+        transcript = [*history, reply.to_message()] if reply.parts else history
+        calls: list[UIChunk] = []
+        async for chunk in stream_ui_chunks(
+            model,
+            to_chat_messages(transcript, system=system),
+            tools=specs,
+            abort=abort,
+            **litellm_kwargs,
+        ):
+            if chunk["type"] == "finish":
+                finish = chunk
+                continue
+            reply.apply(chunk)
+            if chunk["type"] == "tool-input-available":
+                calls.append(chunk)
+            yield chunk
+        if not calls or (abort is not None and abort.is_set()):
+            break
+        all_ran = True
+        for call in calls:
+            async for chunk in _settle(call, tools, reply, abort):
+                yield chunk
+            part = _tool_part(reply, str(call["toolCallId"]))
+            if part is None or not str(part.get("state", "")).startswith("output-"):
+                all_ran = False
+        if not all_ran:
+            break
+    if finish is not None and not (abort is not None and abort.is_set()):
+        yield finish
+
+
+async def _settle(
+    call: UIChunk, tools: ToolSet, reply: StreamAccumulator, abort: asyncio.Event | None
+) -> AsyncIterator[UIChunk]:
+    call_id = str(call["toolCallId"])
+    name = str(call["toolName"])
+    decision = await tools.decide(name, call.get("input"))
+    if decision is ToolCallDecision.EXECUTE:
+        tool = tools.get(name)
+        assert tool is not None
+        async for event in run_tool(
+            tool, call_id, call.get("input"), abort=abort, messages=[reply.to_message()]
+        ):
+            chunk = event.to_chunk()
+            reply.apply(chunk)
+            yield chunk
+    elif decision is ToolCallDecision.REQUEST_APPROVAL:
+        chunk = approval_request_chunk(call_id)
+        reply.apply(chunk)
+        yield chunk
+    elif decision is ToolCallDecision.UNAVAILABLE:
+        chunk = tools.unavailable(call_id, name).to_chunk()
+        reply.apply(chunk)
+        yield chunk
+
+
+def _tool_part(reply: StreamAccumulator, call_id: str) -> dict[str, Any] | None:
+    for part in reply.parts:
+        if part.get("toolCallId") == call_id:
+            return part
+    return None
