@@ -103,3 +103,65 @@ async def test_abort_stops_the_loop_without_a_finish() -> None:
     )
     types = [c["type"] for c in chunks]
     assert "finish" not in types and types.count("start-step") == 1
+
+
+async def test_a_continuation_runs_approved_tools_then_the_model() -> None:
+    ran: list[str] = []
+
+    @tool(description="pay", input=City, needs_approval=True)
+    def getWeather(place: City) -> dict[str, object]:  # noqa: N802
+        ran.append(place.city)
+        return {"city": place.city}
+
+    assistant = {
+        "id": "a1",
+        "role": "assistant",
+        "parts": [
+            {"type": "step-start"},
+            {
+                "type": "tool-getWeather",
+                "toolCallId": "c1",
+                "state": "approval-responded",
+                "input": {"city": "Oslo"},
+                "approval": {"id": "ap1", "approved": True},
+            },
+        ],
+    }
+    chunks = await _collect(
+        stream_steps(
+            "durachat/scripted",
+            [_user("tool:Oslo"), assistant],
+            ToolSet([getWeather]),
+            continuation=True,
+        )
+    )
+    assert ran == ["Oslo"]
+    assert chunks[0] == {
+        "type": "tool-output-available",
+        "toolCallId": "c1",
+        "output": {"city": "Oslo"},
+    }
+    text = "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
+    assert text == 'tool result: {"city":"Oslo"}'
+
+
+async def test_a_denied_call_makes_the_model_say_so() -> None:
+    assistant = {
+        "id": "a1",
+        "role": "assistant",
+        "parts": [
+            {
+                "type": "tool-processPayment",
+                "toolCallId": "c1",
+                "state": "output-denied",
+                "input": {"amount": 42, "recipient": "bob"},
+                "approval": {"id": "ap1", "approved": False},
+            },
+        ],
+    }
+    chunks = await _collect(
+        stream_steps(
+            "durachat/scripted", [_user("approve:bob"), assistant], ToolSet([]), continuation=True
+        )
+    )
+    assert "".join(c["delta"] for c in chunks if c["type"] == "text-delta") == "tool denied"

@@ -101,6 +101,7 @@ class Agent:
             system=self.system_prompt,
             abort=turn.abort,
             max_steps=self.max_steps,
+            continuation=turn.continuation,
             **litellm_kwargs,
         ):
             yield chunk

@@ -20,7 +20,34 @@ def getWeather(place: City) -> dict[str, object]:  # noqa: N802 - the tool's wir
     return {"city": place.city, "temperature": 21, "condition": "sunny"}
 
 
+class Payment(BaseModel):
+    """Input of `processPayment`."""
+
+    amount: int
+    recipient: str
+
+
+@tool(
+    description="Pay someone. A person must approve every payment.",
+    input=Payment,
+    needs_approval=True,
+)
+def processPayment(payment: Payment) -> dict[str, object]:  # noqa: N802 - the tool's wire name
+    """Pretends to pay: approval is the point of this demo tool."""
+    return {"ok": True, "amount": payment.amount, "recipient": payment.recipient}
+
+
+class NoInput(BaseModel):
+    """A tool without arguments."""
+
+
+get_location = tool(
+    "getLocation", description="The user's location, which only the browser knows.", input=NoInput
+)
+"""A client tool: no server execute; the client answers with `cf_agent_tool_result`."""
+
+
 class ChatAgent(Agent):
     """Answers with the configured model (the offline scripted model by default)."""
 
-    tools = (getWeather,)
+    tools = (getWeather, processPayment, get_location)

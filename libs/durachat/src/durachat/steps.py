@@ -12,12 +12,20 @@ whole reply ends with one `finish`, the last step's.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
 from durachat.messages import StreamAccumulator
 from durachat.models import stream_ui_chunks, to_chat_messages
-from durachat.tools import ToolCallDecision, ToolSet, approval_request_chunk, run_tool
+from durachat.tools import (
+    ToolCallDecision,
+    ToolSet,
+    approval_request_chunk,
+    approved_tool_parts,
+    run_tool,
+    tool_part_name,
+)
 from durachat.types import UIChunk, UIMessage
 
 DEFAULT_MAX_STEPS = 5
@@ -31,6 +39,7 @@ async def stream_steps(
     system: str | None = None,
     abort: asyncio.Event | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
+    continuation: bool = False,
     **litellm_kwargs: Any,
 ) -> AsyncIterator[UIChunk]:
     """Stream a reply of up to `max_steps` model steps, running server tools in between.
@@ -42,12 +51,25 @@ async def stream_steps(
         system: system prompt.
         abort: stops the loop (and the model stream) when set.
         max_steps: the most model calls one reply may make.
+        continuation: the reply continues the last assistant message of `history` (after tool
+            results or approvals): tools the user approved there run first, then the model.
         **litellm_kwargs: passed to every model call.
 
     Yields:
         UI message chunks (no `start`: the host owns the message id).
     """
     reply = StreamAccumulator("reply")
+    if continuation and history and history[-1].get("role") == "assistant":
+        reply = StreamAccumulator(continuation=True, seed=copy.deepcopy(history[-1]))
+        history = history[:-1]
+        for part in approved_tool_parts(reply.parts):
+            call = {
+                "toolCallId": part.get("toolCallId"),
+                "toolName": tool_part_name(part),
+                "input": part.get("input"),
+            }
+            async for chunk in _execute(call, tools, reply, abort):
+                yield chunk
     specs = tools.for_model() or None
     finish: UIChunk | None = None
     for _ in range(max_steps):
@@ -73,13 +95,31 @@ async def stream_steps(
         for call in calls:
             async for chunk in _settle(call, tools, reply, abort):
                 yield chunk
-            part = _tool_part(reply, str(call["toolCallId"]))
-            if part is None or not str(part.get("state", "")).startswith("output-"):
+            settled = _tool_part(reply, str(call["toolCallId"]))
+            if settled is None or not str(settled.get("state", "")).startswith("output-"):
                 all_ran = False
         if not all_ran:
             break
     if finish is not None and not (abort is not None and abort.is_set()):
         yield finish
+
+
+async def _execute(
+    call: UIChunk, tools: ToolSet, reply: StreamAccumulator, abort: asyncio.Event | None
+) -> AsyncIterator[UIChunk]:
+    call_id = str(call["toolCallId"])
+    tool = tools.get(str(call["toolName"]))
+    if tool is None or tool.is_client:
+        chunk = tools.unavailable(call_id, str(call["toolName"])).to_chunk()
+        reply.apply(chunk)
+        yield chunk
+        return
+    async for event in run_tool(
+        tool, call_id, call.get("input"), abort=abort, messages=[reply.to_message()]
+    ):
+        chunk = event.to_chunk()
+        reply.apply(chunk)
+        yield chunk
 
 
 async def _settle(
@@ -89,13 +129,7 @@ async def _settle(
     name = str(call["toolName"])
     decision = await tools.decide(name, call.get("input"))
     if decision is ToolCallDecision.EXECUTE:
-        tool = tools.get(name)
-        assert tool is not None
-        async for event in run_tool(
-            tool, call_id, call.get("input"), abort=abort, messages=[reply.to_message()]
-        ):
-            chunk = event.to_chunk()
-            reply.apply(chunk)
+        async for chunk in _execute(call, tools, reply, abort):
             yield chunk
     elif decision is ToolCallDecision.REQUEST_APPROVAL:
         chunk = approval_request_chunk(call_id)

@@ -7,13 +7,17 @@ Call it through litellm like any other model, with the model string `durachat/sc
 * exactly `sure` (any case): one delta, `Sure`;
 * contains `slow`: 50 deltas `s00 ` ... `s49 `, `SLOW_INTERVAL` apart;
 * contains `error`: the delta `partial `, then a provider error (HTTP 500 to litellm);
-* `tool:<city>`: a call of the tool `getWeather` with `{"city": "<city>"}` (finish reason
+* `tool:<city>`: a call of the tool `getWeather` with `{"city": "<city>"}`;
+* `client-tool:`: a call of the tool `getLocation` with `{}`;
+* `approve:<name>`: a call of the tool `processPayment` with
+  `{"amount": 42, "recipient": "<name>"}` (tool calls end the step with finish reason
   `tool_calls`);
 * anything else: `echo: <text>` split after each space (`echo: `, `hello `, `world`),
   `ECHO_INTERVAL` apart.
 
 When the conversation ends with tool results (the step after a tool call), the reply is
-`tool result: <JSON>`: the JSON of the one output, or an array of them.
+`tool result: <JSON>`: the JSON of the one output, or an array of them; `tool denied` when the
+call was refused.
 
 `slow` and `error` are matched case-sensitively, in that order. Deltas are scheduled against the
 event loop's monotonic clock from the start of the stream (delta *i* is due at
@@ -87,11 +91,20 @@ class Script:
 
 
 TOOL_DIRECTIVE: Final = "tool:"
+CLIENT_TOOL_DIRECTIVE: Final = "client-tool:"
+APPROVE_DIRECTIVE: Final = "approve:"
+DENIED_RESULT: Final = "Tool execution denied."
 
 
 def script_for(text: str) -> Script:
     """The reply to a last user message whose text is `text` (delays at scale 1)."""
     text = text.strip()
+    if text.startswith(CLIENT_TOOL_DIRECTIVE):
+        return Script((), 0.0, calls=(ToolCall("getLocation", {}),))
+    if text.startswith(APPROVE_DIRECTIVE):
+        name = text[len(APPROVE_DIRECTIVE) :].strip()
+        call = ToolCall("processPayment", {"amount": 42, "recipient": name})
+        return Script((), 0.0, calls=(call,))
     if text.startswith(TOOL_DIRECTIVE):
         city = text[len(TOOL_DIRECTIVE) :].strip()
         return Script((), 0.0, calls=(ToolCall("getWeather", {"city": city}),))
@@ -143,6 +156,8 @@ def script_for_messages(messages: list[dict[str, Any]]) -> Script:
     """The reply to a whole conversation: a tool-result step, or by the last user text."""
     outputs = _tool_results(messages)
     if outputs is not None:
+        if all(isinstance(o, str) and o.startswith(DENIED_RESULT) for o in outputs):
+            return Script(("tool denied",), 0.0)
         shown = outputs[0] if len(outputs) == 1 else outputs
         return Script(("tool result: " + json.dumps(shown, separators=(",", ":")),), 0.0)
     return script_for(_last_user_text(messages))
