@@ -38,6 +38,8 @@ FORWARDED = {
     MessageType.CHAT_MESSAGES.value,
     MessageType.CHAT_CLEAR.value,
     MessageType.CHAT_REQUEST_CANCEL.value,
+    MessageType.TOOL_RESULT.value,
+    MessageType.TOOL_APPROVAL.value,
 }
 
 
@@ -244,7 +246,7 @@ async def _serve(
             if conn.forwarding:
                 # Answer after the frames sent before it have reached the shard, so a probe
                 # right after a request sees that request.
-                conn.forward(lambda frame=frame: _resume(channel, conn, frame))  # type: ignore[misc]
+                conn.forward(lambda frame=frame: _resume(channel, conn, frame, catch_up=True))  # type: ignore[misc]
             else:
                 await _resume(channel, conn, frame)
         elif kind in FORWARDED:
@@ -253,8 +255,13 @@ async def _serve(
             _error(conn, "unknown_frame", f"frame type {kind!r} is not supported")
 
 
-async def _resume(channel: Channel, conn: ClientConnection, frame: dict[str, Any]) -> None:
-    """The resume handshake, answered by the gateway from the event log."""
+async def _resume(
+    channel: Channel, conn: ClientConnection, frame: dict[str, Any], *, catch_up: bool = False
+) -> None:
+    """The resume handshake, answered by the gateway from the event log (after catching up
+    with it when the client's earlier frames may have just changed it)."""
+    if catch_up:
+        await channel.catch_up()
     if frame["type"] == MessageType.STREAM_RESUME_REQUEST.value:
         probe = frame.get("probeId")
         channel.resume_request(conn, probe if isinstance(probe, str) else None)

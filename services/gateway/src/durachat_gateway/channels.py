@@ -9,6 +9,7 @@ entries by entry id, so it gets every chunk exactly once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from durachat.protocol import MessageType
@@ -38,10 +39,25 @@ class Channel:
         self.state = StreamState()
         self.connections: dict[str, ClientConnection] = {}
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._delivered: tuple[int, int] = (0, 0)
+        self._progress = asyncio.Event()
+
+    async def catch_up(self, timeout: float = 1.0) -> None:
+        """Wait until every entry already in the log has been delivered here."""
+        target = entry_id_key(await self._reader.last_id(self.keys))
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self._delivered < target:
+            self._progress.clear()
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress.wait(), remaining)
 
     async def open(self) -> None:
         """Read the current state and start following the log right after it."""
         self.state, last_id = await self._reader.snapshot(self.keys)
+        self._delivered = entry_id_key(last_id)
         self._reader.follow(self.keys, last_id, self.deliver)
 
     def close(self) -> None:
@@ -68,6 +84,9 @@ class Channel:
                 before = self.state.status
                 self.state.apply(change, entry.id)
                 self._on_state(before)
+        if entries:
+            self._delivered = entry_id_key(entries[-1].id)
+            self._progress.set()
 
     def _on_state(self, before: str) -> None:
         state = self.state

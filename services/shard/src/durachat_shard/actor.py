@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from durachat.agent import Agent, Turn
-from durachat.messages import ReplyAssembler, new_assistant_id
+from durachat.messages import ReplyAssembler, new_assistant_id, new_request_id
 from durachat.models import ModelError
 from durachat.protocol import MessageType
+from durachat.tools import apply_tool_approval, apply_tool_result, parallel_batch_incomplete
 from durachat.types import JSONDict, UIChunk
 from durachat_infra.eventlog import only
 from durachat_infra.store import FencedError, FencedTransaction, Store, TurnStatus
@@ -35,6 +37,7 @@ GENERIC_ERROR = "An error occurred."
 class _Inbound:
     connection_id: str
     frame: JSONDict
+    handled: asyncio.Future[None]
 
 
 @dataclass(slots=True)
@@ -46,6 +49,21 @@ class _QueuedTurn:
     """Id of the message the reply answers (the leaf when the request was accepted)."""
     accepted: asyncio.Future[None]
     """Resolves once the request and its messages are durable."""
+    continuation: bool = False
+
+
+@dataclass(slots=True)
+class _PendingContinuation:
+    request_id: str
+    requester: str
+    timer: asyncio.TimerHandle | None = None
+
+
+COALESCE_CONTINUATION = 0.05
+"""Seconds tool results are gathered before a continuation starts (one for a whole batch)."""
+
+FIND_TOOL_PART_WAIT = 2.0
+"""Seconds a tool result waits for the running turn to store the part it answers."""
 
 
 class _DuplicateRequestError(Exception):
@@ -69,6 +87,8 @@ class ConversationActor:
         store: Store,
         emitter: Emitter,
         recent_requests: list[str] | None = None,
+        last_body: JSONDict | None = None,
+        last_client_tools: list[JSONDict] | None = None,
     ) -> None:
         self.conversation_id = conversation_id
         self.epoch = epoch
@@ -88,6 +108,9 @@ class ConversationActor:
         self._idle = asyncio.Event()
         self._idle.set()
         self._last_write: asyncio.Future[None] | None = None
+        self._last_body: JSONDict | None = last_body
+        self._last_client_tools: list[JSONDict] | None = last_client_tools
+        self._continuation: _PendingContinuation | None = None
         # Request ids already accepted, newest last: a retried request is recognised without a
         # database round trip (loaded from the turns table on activation).
         self._recent: dict[str, None] = dict.fromkeys(reversed(recent_requests or []))
@@ -132,10 +155,13 @@ class ConversationActor:
         if self._active is not None:
             self._active[1].set()
 
-    def submit(self, connection_id: str, frame: JSONDict) -> None:
-        """Queue a client frame (already known to be a JSON object with a string `type`)."""
+    def submit(self, connection_id: str, frame: JSONDict) -> asyncio.Future[None]:
+        """Queue a client frame (already known to be a JSON object with a string `type`);
+        the future resolves once the frame has been handled (its frames are queued)."""
         self.last_active = time.monotonic()
-        self._inbox.put_nowait(_Inbound(connection_id, frame))
+        handled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._inbox.put_nowait(_Inbound(connection_id, frame, handled))
+        return handled
 
     def _write_behind(
         self, work: Callable[[FencedTransaction], Awaitable[None]]
@@ -190,6 +216,8 @@ class ConversationActor:
             except Exception:
                 log.exception("conversation %s: input failed", self.conversation_id)
             finally:
+                if not item.handled.done():
+                    item.handled.set_result(None)
                 self._inbox.task_done()
 
     def _reject(self, connection_id: str, frame: JSONDict, exc: FrameError) -> None:
@@ -227,6 +255,10 @@ class ConversationActor:
             self.emit.messages(merged, exclude=connection_id)
         elif kind == MessageType.CHAT_CLEAR.value:
             await self._clear(connection_id)
+        elif kind == MessageType.TOOL_RESULT.value:
+            await self._tool_result(connection_id, frame)
+        elif kind == MessageType.TOOL_APPROVAL.value:
+            await self._tool_approval(connection_id, frame)
         elif kind == MessageType.CHAT_REQUEST_CANCEL.value:
             request_id = frame.get("id")
             if self._active is not None and self._active[0] == request_id:
@@ -239,6 +271,8 @@ class ConversationActor:
             await self._answer_repeat(requester, request)
             return
         self._remember(request.request_id)
+        self._last_body = request.body
+        self._last_client_tools = request.client_tools
         if self._active is None and self._turns.empty():
             # While a turn streams, its stream stays the one clients resume; a queued turn
             # announces itself when it starts streaming.
@@ -264,6 +298,127 @@ class ConversationActor:
         self.emit.messages(merged, exclude=requester)
         anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
         self._turns.put_nowait(_QueuedTurn(request, requester, self._generation, anchor, accepted))
+
+    async def _tool_result(self, requester: str, frame: JSONDict) -> None:
+        call_id = frame.get("toolCallId")
+        if not isinstance(call_id, str) or not call_id:
+            raise FrameError("invalid_frame", "a tool result needs a `toolCallId`")
+        client_tools = frame.get("clientTools")
+        if isinstance(client_tools, list) and client_tools:
+            self._last_client_tools = client_tools
+        state = frame.get("state")
+        error_text = frame.get("errorText")
+        await self._change_tool_part(
+            call_id,
+            lambda part: apply_tool_result(
+                part,
+                output=frame.get("output"),
+                state=state if isinstance(state, str) else None,
+                error_text=error_text if isinstance(error_text, str) else None,
+            ),
+        )
+        # A failed client tool never continues on its own (the client decides what next).
+        if frame.get("autoContinue") is True and state != "output-error":
+            self._schedule_continuation(requester)
+
+    async def _tool_approval(self, requester: str, frame: JSONDict) -> None:
+        call_id = frame.get("toolCallId")
+        approved = frame.get("approved")
+        if not isinstance(call_id, str) or not call_id or not isinstance(approved, bool):
+            raise FrameError(
+                "invalid_frame", "a tool approval needs a `toolCallId` and a boolean `approved`"
+            )
+        await self._change_tool_part(call_id, lambda part: apply_tool_approval(part, approved))
+        if frame.get("autoContinue") is True:
+            self._schedule_continuation(requester)
+
+    async def _change_tool_part(
+        self, call_id: str, change: Callable[[JSONDict], JSONDict | None]
+    ) -> None:
+        """Apply a tool result or approval to the part of `call_id`: store the message, tell
+        every tab (`cf_agent_message_updated`). Re-applying the same change does nothing."""
+        located = self._find_tool_part(call_id)
+        if located is None and self._active is not None:
+            # The turn that made the call may still be storing it.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), FIND_TOOL_PART_WAIT)
+            located = self._find_tool_part(call_id)
+        if located is None:
+            raise FrameError("unknown_tool_call", f"no tool call {call_id!r} in this conversation")
+        message, index = located
+        updated = change(message["parts"][index])
+        if updated is None:
+            return
+        parts = list(message["parts"])
+        parts[index] = updated
+        new_message = {**message, "parts": parts}
+        self._write_behind(self.transcript.put_reply(new_message, anchor=None).apply)
+        self.agent.messages = self.transcript.messages
+        self.emit.frame({"type": MessageType.MESSAGE_UPDATED.value, "message": new_message})
+
+    def _find_tool_part(self, call_id: str) -> tuple[JSONDict, int] | None:
+        for message in reversed(self.transcript.messages):
+            if message.get("role") != "assistant":
+                continue
+            for index, part in enumerate(message.get("parts") or []):
+                if isinstance(part, dict) and part.get("toolCallId") == call_id:
+                    return message, index
+        return None
+
+    def _schedule_continuation(self, requester: str) -> None:
+        """Continue the last assistant message after tool results or approvals, once, for a
+        whole batch: results arriving close together share one continuation, and it waits
+        while a parallel batch still has calls without results."""
+        pending = self._continuation
+        if pending is None:
+            pending = _PendingContinuation(new_request_id(), requester)
+            self._continuation = pending
+            if self._active is None and self._turns.empty():
+                self.emit.pending(pending.request_id)
+        elif pending.timer is not None:
+            pending.timer.cancel()
+        pending.timer = asyncio.get_running_loop().call_later(
+            COALESCE_CONTINUATION, self._fire_continuation
+        )
+
+    def _fire_continuation(self) -> None:
+        pending = self._continuation
+        if pending is None:
+            return
+        last = self.transcript.messages[-1] if self.transcript.messages else None
+        if last is None or last.get("role") != "assistant":
+            self._continuation = None
+            return
+        if parallel_batch_incomplete(last.get("parts") or []):
+            return  # the last result of the batch re-arms it
+        self._continuation = None
+        request_id = pending.request_id
+
+        async def record(tx: FencedTransaction) -> None:
+            await tx.begin_turn(
+                request_id,
+                kind="continuation",
+                owner=self.shard_id,
+                request={"body": self._last_body, "clientTools": self._last_client_tools},
+            )
+
+        request = ChatRequest(
+            request_id=request_id,
+            messages=[],
+            trigger="submit-message",
+            body=self._last_body,
+            client_tools=self._last_client_tools,
+        )
+        self._turns.put_nowait(
+            _QueuedTurn(
+                request,
+                pending.requester,
+                self._generation,
+                None,
+                self._write_behind(record),
+                continuation=True,
+            )
+        )
 
     def _remember(self, request_id: str) -> None:
         self._recent[request_id] = None
@@ -340,6 +495,7 @@ class ConversationActor:
 
     async def _run_turn(self, queued: _QueuedTurn) -> None:
         request = queued.request
+        continuation = queued.continuation
         abort = asyncio.Event()
         self._active = (request.request_id, abort)
         turn = Turn(
@@ -347,14 +503,19 @@ class ConversationActor:
             messages=list(self.transcript.messages),
             body=request.body,
             abort=abort,
-            continuation=False,
+            continuation=continuation,
             client_tools=request.client_tools,
             trigger=request.trigger,
         )
-        assembler = ReplyAssembler(
-            {"id": new_assistant_id(), "role": "assistant", "parts": []}, continuation=False
-        )
-        self.emit.stream_start(request.request_id, continuation=False)
+        messages = self.transcript.messages
+        if continuation and messages and messages[-1].get("role") == "assistant":
+            # A continuation appends to the last assistant message.
+            base = copy.deepcopy(messages[-1])
+        else:
+            base = {"id": new_assistant_id(), "role": "assistant", "parts": []}
+        assembler = ReplyAssembler(base, continuation=continuation)
+        message_ids = None if continuation else request.user_message_ids
+        self.emit.stream_start(request.request_id, continuation=continuation)
         outcome: TurnStatus = "completed"
         error_text: str | None = None
         stream: AsyncIterator[UIChunk] = self.agent.on_chat_message(turn)
@@ -372,12 +533,19 @@ class ConversationActor:
                         # Every reply opens with `start`, which carries the server's message id.
                         opening = assembler.process({"type": "start"})
                         if opening is not None:
-                            self.emit.chunk(request.request_id, seq, opening, continuation=False)
+                            self.emit.chunk(
+                                request.request_id, seq, opening, continuation=continuation
+                            )
                             seq += 1
                 out = assembler.process(chunk)
                 if out is not None:
-                    self.emit.chunk(request.request_id, seq, out, continuation=False)
+                    self.emit.chunk(request.request_id, seq, out, continuation=continuation)
                     seq += 1
+                    if out["type"] == "tool-approval-request":
+                        # Stored at once, so a reload shows the approval to answer.
+                        snapshot = copy.deepcopy(assembler.message)
+                        change = self.transcript.put_reply(snapshot, anchor=queued.anchor)
+                        self._write_behind(change.apply)
                 if assembler.error_text is not None:
                     return
 
@@ -414,8 +582,8 @@ class ConversationActor:
             self.emit.error(
                 request.request_id,
                 error_text,
-                message_ids=request.user_message_ids,
-                continuation=False,
+                message_ids=message_ids or [],
+                continuation=continuation,
             )
         metrics.TURNS.labels(outcome).inc()
         reply = assembler.message
@@ -447,12 +615,16 @@ class ConversationActor:
                 )
         if stored:
             self.agent.messages = self.transcript.messages
-            self.emit.messages(self.transcript.messages, exclude=queued.requester)
+            # The requester of a new turn has the reply under the same id already; after a
+            # continuation every tab gets the transcript.
+            self.emit.messages(
+                self.transcript.messages, exclude=None if continuation else queued.requester
+            )
         self.emit.terminal(
             request.request_id,
             outcome=None if outcome == "completed" else outcome,
-            message_ids=request.user_message_ids,
-            continuation=False,
+            message_ids=message_ids,
+            continuation=continuation,
             streamed=True,
         )
 

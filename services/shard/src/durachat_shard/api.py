@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -10,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
+from durachat_infra.eventlog import LogWriter
 from durachat_infra.store import ConversationKey, DatabaseUnavailableError
 from durachat_shard import metrics
 from durachat_shard.hosting import Conversations, NotOwnerError, UnknownAgentError
@@ -27,7 +30,11 @@ class FrameIn(BaseModel):
     frame: dict[str, Any]
 
 
-def build_api(conversations: Conversations, shard_id: str) -> FastAPI:
+HANDLE_WAIT = 5.0
+"""Seconds the internal API waits for a frame to be handled before it answers anyway."""
+
+
+def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) -> FastAPI:
     """The internal API of one shard."""
     app = FastAPI(title="durachat shard (internal)", docs_url=None, redoc_url=None)
 
@@ -45,7 +52,12 @@ def build_api(conversations: Conversations, shard_id: str) -> FastAPI:
         except DatabaseUnavailableError as exc:
             log.warning("database unavailable: %s", exc)
             return JSONResponse({"code": "database_unavailable"}, status_code=503)
-        actor.submit(item.connection, item.frame)
+        handled = actor.submit(item.connection, item.frame)
+        # Answer once the frame is handled and what it sent is in the event log: a client's
+        # next frame (a resume probe, say) then sees its effect.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(handled), HANDLE_WAIT)
+        await writer.flush()
         return JSONResponse({"ok": True, "shard": shard_id})
 
     @app.get("/metrics")

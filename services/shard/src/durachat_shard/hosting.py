@@ -147,6 +147,7 @@ class Conversations:
             stored = await self._store.load_path(conversation.id)
         transcript = Transcript([(m.pk, m.message) for m in stored])
         recent = await self._store.recent_request_ids(conversation.id)
+        last_body, last_client_tools = await self._store.load_request_context(conversation.id)
         agent = agent_cls(key.name, model=self._model)
         agent.messages = transcript.messages
         actor = ConversationActor(
@@ -158,6 +159,8 @@ class Conversations:
             store=self._store,
             emitter=Emitter(self._writer, keys),
             recent_requests=recent,
+            last_body=last_body,
+            last_client_tools=last_client_tools,
         )
         actor.start()
         held = _Held(key, keys, actor)

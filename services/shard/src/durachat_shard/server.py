@@ -73,7 +73,7 @@ async def serve(settings: ShardSettings) -> None:
     sock.bind((settings.host, settings.port))
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
-        build_api(conversations, settings.shard_id),
+        build_api(conversations, settings.shard_id, writer),
         log_level="warning",
         access_log=False,
         lifespan="off",

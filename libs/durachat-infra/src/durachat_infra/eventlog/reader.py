@@ -67,6 +67,11 @@ class LogReader:
         fields = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat), 2)}
         return StreamState.from_hash(fields), str(last_id)
 
+    async def last_id(self, keys: ConversationKeys) -> str:
+        """Id of the newest entry of a log ("0-0" when empty)."""
+        rows = await self._redis.xrevrange(keys.log, count=1)
+        return str(rows[0][0]) if rows else "0-0"
+
     async def read_range(
         self, keys: ConversationKeys, start: str, *, page: int = 1000
     ) -> list[LogEntry]:
