@@ -19,7 +19,7 @@
 import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 
-import { AbstractChat } from "ai";
+import { AbstractChat, getToolName, isToolUIPart } from "ai";
 import { MessageType } from "@cloudflare/ai-chat/types";
 import { AgentClient } from "agents/client";
 import { WebSocketChatTransport } from "agents/chat/transport";
@@ -63,7 +63,7 @@ function renderFrame({ t, tab, conn, dir, frame }) {
         method: f.init.method,
         body: {
           ...body,
-          messages: body.messages?.map((m) => `${m.role}:${m.id}:${JSON.stringify(textOf(m))}`),
+          messages: body.messages?.map(renderMessage),
         },
       };
     } catch {
@@ -71,8 +71,9 @@ function renderFrame({ t, tab, conn, dir, frame }) {
     }
   }
   if (Array.isArray(f.messages)) {
-    f.messages = f.messages.map((m) => `${m.role}:${m.id}:${JSON.stringify(textOf(m))}`);
+    f.messages = f.messages.map(renderMessage);
   }
+  if (f.message && typeof f.message === "object") f.message = renderMessage(f.message);
   if (f.type === "cf_agent_mcp_servers") f.mcp = "…";
   return `${t}ms ${tab}#${conn} ${dir === "in" ? "<-" : "->"} ${JSON.stringify(f)}`;
 }
@@ -88,8 +89,35 @@ function textOf(message) {
     .join("");
 }
 
+/** The tool parts of a message, reduced to what the tool scenarios check. */
+function toolsOf(message) {
+  if (!message || !Array.isArray(message.parts)) return [];
+  return message.parts
+    .filter((p) => typeof p.type === "string" && (p.type.startsWith("tool-") || p.type === "dynamic-tool"))
+    .map((p) => ({
+      type: p.type,
+      toolCallId: p.toolCallId,
+      state: p.state,
+      ...(p.input !== undefined ? { input: p.input } : {}),
+      ...(p.output !== undefined ? { output: p.output } : {}),
+      ...(p.errorText !== undefined ? { errorText: p.errorText } : {}),
+      ...(p.approval !== undefined ? { approval: p.approval } : {}),
+    }));
+}
+
 function summary(messages) {
-  return messages.map((m) => ({ id: m.id, role: m.role, text: textOf(m) }));
+  return messages.map((m) => {
+    const tools = toolsOf(m);
+    return { id: m.id, role: m.role, text: textOf(m), ...(tools.length ? { tools } : {}) };
+  });
+}
+
+/** One message as a short string for the frame log: role:id:"text" plus its tool parts' states. */
+function renderMessage(m) {
+  if (!m || typeof m !== "object") return m;
+  const tools = toolsOf(m).map((t) => `${t.type}:${t.state}${t.output !== undefined ? `=${JSON.stringify(t.output)}` : ""}`);
+  const parts = Array.isArray(m.parts) ? m.parts.map((p) => p.type).join(",") : "?";
+  return `${m.role}:${m.id}:${JSON.stringify(textOf(m))}${tools.length ? `[${tools.join(" ")}]` : ""}{${parts}}`;
 }
 
 class Failure extends Error {}
@@ -287,7 +315,10 @@ function collapseHydratedReplayTextParts(message) {
 let tabCounter = 0;
 
 class Tab {
-  constructor(baseUrl, agentName, name, { label, reconnectDelayMs = 300 } = {}) {
+  constructor(baseUrl, agentName, name, { label, reconnectDelayMs = 300, onToolCall, autoContinueAfterToolResult = true } = {}) {
+    // useAgentChat options: onToolCall (client tools) and autoContinueAfterToolResult (default true).
+    this.onToolCall = onToolCall;
+    this.autoContinueAfterToolResult = autoContinueAfterToolResult;
     this.baseUrl = baseUrl;
     this.agentName = agentName;
     this.name = name;
@@ -388,6 +419,21 @@ class Tab {
     this.sawClose = false;
     this.disposed = false;
     this.observedChunks = 0;
+    // Tool state of the hook (client tool results, onToolCall bookkeeping, tool continuations).
+    this.processedToolCalls = new Set();
+    this.clientToolResults = new Map();
+    this.pendingOnToolCallIds = new Set();
+    this.resumingToolContinuation = false;
+    this.pendingToolContinuation = false;
+    this.observedToolContinuationRequestId = null;
+    this.continuationLaunchTimer = null;
+    this.continuationGeneration = 0;
+    this.isToolContinuation = false;
+    this.unresolvedObservedRequestId = null;
+    this.recoveringRequestId = null;
+    this.onToolCallInvocations = [];
+    this.peakMessageCount = initialMessages.length;
+    this.peakAssistantCount = initialMessages.filter((m) => m.role === "assistant").length;
 
     const agent = this.agent;
     this.transport = new WebSocketChatTransport({
@@ -425,8 +471,17 @@ class Tab {
     return this;
   }
 
+  /** What the hook returns as `messages`: the chat's messages with client tool results overlaid. */
   get messages() {
-    return this.chat.messages;
+    const chatMessages = this.chat.messages;
+    if (!this.clientToolResults || this.clientToolResults.size === 0) return chatMessages;
+    return chatMessages.map((msg) => ({
+      ...msg,
+      parts: msg.parts.map((p) => {
+        if (!("toolCallId" in p) || !("state" in p) || p.state !== "input-available" || !this.clientToolResults.has(p.toolCallId)) return p;
+        return { ...p, state: "output-available", output: this.clientToolResults.get(p.toolCallId) };
+      }),
+    }));
   }
 
   get status() {
@@ -438,10 +493,39 @@ class Tab {
   }
 
   onChatChange(what) {
+    if (what === "messages") {
+      const msgs = this.chat.messages;
+      this.peakMessageCount = Math.max(this.peakMessageCount ?? 0, msgs.length);
+      this.peakAssistantCount = Math.max(this.peakAssistantCount ?? 0, msgs.filter((m) => m.role === "assistant").length);
+    }
     if (what === "status") {
-      // useEffect(() => reconnectProbeRunnerRef.current?.(), [status]) — after render.
-      setTimeout(() => this.tryPendingReconnectProbe(), 0);
-    } else if (what === "messages" && this.replayHydratedAssistantMessageIds?.size) {
+      // The hook's effects on [status], after render, in declaration order:
+      setTimeout(() => {
+        if (this.disposed) return;
+        const status = this.chat.status;
+        // useEffect: a new submit clears the unresolved-observed / recovering request ids.
+        if (status === "submitted") {
+          this.unresolvedObservedRequestId = null;
+          this.recoveringRequestId = null;
+        }
+        // useEffect: an errored pending tool continuation is reset, else (re)schedule its launch.
+        if (status === "error" && this.pendingToolContinuation) this.resetToolContinuation();
+        else this.scheduleToolContinuationLaunch();
+        // useEffect: onToolCall for pending client tool calls.
+        this.runToolCallEffect();
+        // useEffect(() => reconnectProbeRunnerRef.current?.(), [isToolContinuation, status]).
+        this.tryPendingReconnectProbe();
+      }, 0);
+      return;
+    }
+    if (what === "messages" && this.processedToolCalls) {
+      setTimeout(() => {
+        if (this.disposed) return;
+        this.runToolCallEffect();
+        this.pruneStaleToolState();
+      }, 0);
+    }
+    if (what === "messages" && this.replayHydratedAssistantMessageIds?.size) {
       // useEffect on chatMessages: collapse duplicated text parts of a replay-hydrated assistant.
       setTimeout(() => {
         const ids = new Set(
@@ -481,7 +565,13 @@ class Tab {
       return;
     }
     const status = this.chat.status;
-    if ((status !== "ready" && status !== "error") || this.resumeOperation !== null) return;
+    const canReconcileObservedContinuation = this.observedToolContinuationRequestId !== null;
+    if (
+      (status !== "ready" && status !== "error") ||
+      (this.resumingToolContinuation && !canReconcileObservedContinuation) ||
+      this.resumeOperation !== null
+    )
+      return;
     this.reconnectProbePending = false;
     this.resumeStream().catch(() => {});
   }
@@ -491,6 +581,8 @@ class Tab {
     this.sawClose = true;
     this.fallbackAckedResumeRequestIds.clear();
     this.protectedStreamingAssistant = null;
+    const unfinishedTurnId = this.transport.activeServerTurnId;
+    if (unfinishedTurnId !== null) this.unresolvedObservedRequestId = unfinishedTurnId;
   }
 
   handleAgentOpen() {
@@ -563,6 +655,10 @@ class Tab {
 
   resetLocalChatState() {
     this.setMessages([]);
+    this.clientToolResults = new Map();
+    this.pendingOnToolCallIds = new Set();
+    this.resetToolContinuation();
+    this.processedToolCalls.clear();
     this.localResponseIds.clear();
     this.pendingReplayResumeRequestIds.clear();
     this.fallbackAckedResumeRequestIds.clear();
@@ -572,7 +668,7 @@ class Tab {
     this.transport.appliedChunks.clear();
   }
 
-  /** The hook's onAgentMessage (tool, recovery and onTurnEnd bookkeeping left out). */
+  /** The hook's onAgentMessage (recovery-hint and onTurnEnd bookkeeping left out). */
   handleAgentMessage(event) {
     if (typeof event.data !== "string") return;
     let data;
@@ -585,7 +681,9 @@ class Tab {
     switch (data.type) {
       case MessageType.CF_AGENT_CHAT_CLEAR:
         this.streamState = transition(this.streamState, { type: "clear" }).state;
-        this.isServerStreaming = false;
+        this.setIsServerStreaming(false);
+        this.unresolvedObservedRequestId = null;
+        this.recoveringRequestId = null;
         this.resetLocalChatState();
         break;
       case MessageType.CF_AGENT_CHAT_MESSAGES: {
@@ -624,7 +722,10 @@ class Tab {
         if (handled && data.reason === STREAM_RESUME_NONE_REASONS.IDLE && typeof data.probeId === "string") {
           const result = transition(this.streamState, { type: "clear" });
           this.streamState = result.state;
-          this.isServerStreaming = result.isStreaming;
+          this.setIsServerStreaming(result.isStreaming);
+          this.unresolvedObservedRequestId = null;
+          this.recoveringRequestId = null;
+          if (this.observedToolContinuationRequestId !== null) this.resetToolContinuation();
         }
         break;
       }
@@ -632,22 +733,38 @@ class Tab {
         transport.handleStreamPending();
         break;
       case MessageType.CF_AGENT_STREAM_RESUMING: {
-        this.pendingReplayResumeRequestIds.add(data.id);
+        if (this.unresolvedObservedRequestId !== data.id) this.unresolvedObservedRequestId = null;
+        // (resume is on, so the hook's `!resume` branch does not apply.)
+        const isEarlyToolContinuation = this.resumingToolContinuation && !transport.isAwaitingResume();
+        if (!this.resumingToolContinuation) this.pendingReplayResumeRequestIds.add(data.id);
         if (transport.handleStreamResuming(data)) return;
         if (this.localRequestIds.has(data.id)) return;
         if (this.fallbackAckedResumeRequestIds.has(data.id)) return;
+        if (isEarlyToolContinuation) {
+          this.pendingToolContinuation = false;
+          this.observedToolContinuationRequestId = data.id;
+          if (this.continuationLaunchTimer) {
+            clearTimeout(this.continuationLaunchTimer);
+            this.continuationLaunchTimer = null;
+          }
+        }
         this.streamState = transition(this.streamState, {
           type: "resume-fallback",
           streamId: data.id,
           messageId: randomUUID(),
         }).state;
         transport.observeServerTurn(data.id);
-        this.isServerStreaming = true;
+        this.setIsServerStreaming(true);
+        if (this.recoveringRequestId !== null && this.recoveringRequestId !== data.id) this.recoveringRequestId = null;
         this.fallbackAckedResumeRequestIds.add(data.id);
         this.agent.send(JSON.stringify({ type: MessageType.CF_AGENT_STREAM_RESUME_ACK, id: data.id }));
         break;
       }
       case MessageType.CF_AGENT_USE_CHAT_RESPONSE: {
+        if ((data.done || data.error) && this.unresolvedObservedRequestId === data.id) this.unresolvedObservedRequestId = null;
+        if (data.done && data.outcome === "recovering") this.recoveringRequestId = data.id;
+        else if (this.recoveringRequestId !== null && this.recoveringRequestId !== data.id && !data.replay && data.outcome !== "skipped")
+          this.recoveringRequestId = null;
         if (this.localRequestIds.has(data.id)) {
           if (data.body?.trim()) {
             try {
@@ -663,7 +780,12 @@ class Tab {
                     anchorMessageId: idx >= 0 ? current[idx - 1]?.id ?? null : current[current.length - 1]?.id ?? null,
                   };
                 }
-                if (data.replay && !data.continuation) {
+                if (
+                  data.replay &&
+                  !data.continuation &&
+                  !this.resumingToolContinuation &&
+                  this.observedToolContinuationRequestId !== data.id
+                ) {
                   this.pendingReplayResumeRequestIds.delete(data.id);
                   this.resetMatchingHydratedAssistantForReplay(messageId);
                 }
@@ -676,13 +798,14 @@ class Tab {
           if (data.done || data.error) {
             if (this.streamState.status === "observing" && this.streamState.streamId === data.id) {
               this.streamState = { status: "idle" };
-              this.isServerStreaming = false;
+              this.setIsServerStreaming(false);
             }
             transport.handleServerTurnCompleted(data.id);
             this.restoreProtectedStreamingAssistant(this.localResponseIds.get(data.id));
             this.localResponseIds.delete(data.id);
             this.localRequestIds.delete(data.id);
             this.fallbackAckedResumeRequestIds.delete(data.id);
+            if (this.observedToolContinuationRequestId === data.id) this.resetToolContinuation();
           }
           return;
         }
@@ -692,7 +815,8 @@ class Tab {
           data.done &&
           !data.error &&
           !(this.streamState.status === "observing" && this.streamState.streamId === data.id) &&
-          !this.pendingReplayResumeRequestIds.has(data.id)
+          !this.pendingReplayResumeRequestIds.has(data.id) &&
+          this.observedToolContinuationRequestId !== data.id
         ) {
           transport.appliedChunks.forget(data.id);
           transport.handleServerTurnCompleted(data.id);
@@ -707,15 +831,23 @@ class Tab {
           if (this.streamState.status === "idle" || this.streamState.streamId === data.id) {
             const result = transition(this.streamState, { type: "clear" });
             this.streamState = result.state;
-            this.isServerStreaming = result.isStreaming;
+            this.setIsServerStreaming(result.isStreaming);
           }
+          if (this.observedToolContinuationRequestId === data.id) this.resetToolContinuation();
           break;
         }
         const appliedReplay = transport.appliedChunks.isAppliedReplay(data.id, data);
         if (data.body?.trim()) {
           try {
             chunkData = JSON.parse(data.body);
-            if (data.replay && !data.continuation && typeof chunkData.messageId === "string" && chunkData.type === "start") {
+            if (
+              data.replay &&
+              !data.continuation &&
+              !this.resumingToolContinuation &&
+              this.observedToolContinuationRequestId !== data.id &&
+              typeof chunkData.messageId === "string" &&
+              chunkData.type === "start"
+            ) {
               this.pendingReplayResumeRequestIds.delete(data.id);
               this.resetMatchingHydratedAssistantForReplay(chunkData.messageId);
             }
@@ -728,6 +860,7 @@ class Tab {
           transport.handleServerTurnCompleted(data.id);
           this.fallbackAckedResumeRequestIds.delete(data.id);
         }
+        const completedObservedToolContinuation = data.done && this.observedToolContinuationRequestId === data.id;
         const alreadyApplied = appliedReplay && chunkData?.type !== "start";
         if (data.done) transport.appliedChunks.forget(data.id);
         else if (!alreadyApplied) transport.appliedChunks.record(data.id, data.seq);
@@ -745,7 +878,8 @@ class Tab {
         });
         this.streamState = result.state;
         if (result.messagesUpdate) this.setMessages(result.messagesUpdate);
-        this.isServerStreaming = result.isStreaming;
+        this.setIsServerStreaming(result.isStreaming);
+        if (completedObservedToolContinuation) this.resetToolContinuation();
         break;
       }
       default:
@@ -782,6 +916,197 @@ class Tab {
     return this.chat.regenerate();
   }
 
+  /** addToolOutput (the hook's): send `cf_agent_tool_result`, then the AI SDK's addToolResult. */
+  addToolOutput(opts) {
+    const toolName = opts.toolName ?? "";
+    this.sendToolOutputToServer(opts.toolCallId, toolName, opts.output, opts.state, opts.errorText);
+    this.addToolResultLocally(toolName, opts);
+  }
+
+  /**
+   * addToolApprovalResponse (addToolApprovalResponseAndNotifyServer): resolve the toolCallId from
+   * the part whose approval id matches, send `cf_agent_tool_approval`, then the AI SDK's own.
+   */
+  addToolApprovalResponse(args) {
+    const { id: approvalId, approved } = args;
+    let toolCallId;
+    for (const msg of this.chat.messages) {
+      for (const part of msg.parts) {
+        if ("toolCallId" in part && "approval" in part && part.approval?.id === approvalId) {
+          toolCallId = part.toolCallId;
+          break;
+        }
+      }
+      if (toolCallId) break;
+    }
+    if (toolCallId) this.sendToolApprovalToServer(toolCallId, approved);
+    else this.errors.push(`addToolApprovalResponse: no toolCallId for approval id ${approvalId}; the server was not notified`);
+    return this.chat.addToolApprovalResponse(args).catch((error) => this.errors.push(`addToolApprovalResponse: ${error.message}`));
+  }
+
+  // ---- the hook's tool plumbing ---------------------------------------------------------------
+
+  addToolResultLocally(toolName, opts) {
+    this.chat
+      .addToolResult({
+        tool: toolName,
+        toolCallId: opts.toolCallId,
+        output: opts.state === "output-error" ? opts.errorText ?? "Tool execution denied by user" : opts.output,
+      })
+      .catch((error) => this.errors.push(`addToolResult: ${error.message}`));
+  }
+
+  sendToolOutputToServer(toolCallId, toolName, output, state, errorText) {
+    const shouldAutoContinue = state === "output-error" ? false : this.autoContinueAfterToolResult;
+    this.agent.send(
+      JSON.stringify({
+        type: MessageType.CF_AGENT_TOOL_RESULT,
+        toolCallId,
+        toolName,
+        output,
+        ...(state ? { state } : {}),
+        ...(errorText !== undefined ? { errorText } : {}),
+        autoContinue: shouldAutoContinue,
+        clientTools: undefined, // no `tools` option: no client tool schemas
+      }),
+    );
+    if (state !== "output-error") this.clientToolResults = new Map(this.clientToolResults).set(toolCallId, output);
+    if (shouldAutoContinue) this.startToolContinuation();
+  }
+
+  sendToolApprovalToServer(toolCallId, approved) {
+    this.agent.send(
+      JSON.stringify({
+        type: MessageType.CF_AGENT_TOOL_APPROVAL,
+        toolCallId,
+        approved,
+        autoContinue: this.autoContinueAfterToolResult,
+      }),
+    );
+    if (this.autoContinueAfterToolResult) this.startToolContinuation();
+  }
+
+  setIsServerStreaming(value) {
+    if (this.isServerStreaming === value) return;
+    this.isServerStreaming = value;
+    // The onToolCall effect depends on isServerStreaming.
+    setTimeout(() => {
+      if (!this.disposed) this.runToolCallEffect();
+    }, 0);
+  }
+
+  setIsToolContinuation(value) {
+    if (this.isToolContinuation === value) return;
+    this.isToolContinuation = value;
+    // useEffect(() => reconnectProbeRunnerRef.current?.(), [isToolContinuation, status]).
+    setTimeout(() => this.tryPendingReconnectProbe(), 0);
+  }
+
+  resetToolContinuation() {
+    this.continuationGeneration++;
+    this.pendingToolContinuation = false;
+    this.resumingToolContinuation = false;
+    this.observedToolContinuationRequestId = null;
+    if (this.continuationLaunchTimer) {
+      clearTimeout(this.continuationLaunchTimer);
+      this.continuationLaunchTimer = null;
+    }
+    this.setIsToolContinuation(false);
+  }
+
+  scheduleToolContinuationLaunch() {
+    if (!this.pendingToolContinuation || this.chat.status !== "ready" || this.continuationLaunchTimer) return;
+    const timer = setTimeout(() => {
+      (async () => {
+        while (this.resumeOperation) await this.resumeOperation.promise.catch(() => {});
+        if (this.continuationLaunchTimer === timer) this.continuationLaunchTimer = null;
+        if (!this.pendingToolContinuation || this.chat.status !== "ready") return;
+        this.pendingToolContinuation = false;
+        const myGeneration = this.continuationGeneration;
+        this.transport.expectToolContinuation();
+        this.toolContinuationLaunches = (this.toolContinuationLaunches ?? 0) + 1;
+        await this.resumeStream()
+          .catch((error) => this.errors.push(`tool continuation resume failed: ${error.message}`))
+          .finally(() => {
+            if (this.continuationGeneration !== myGeneration) return;
+            this.resumingToolContinuation = false;
+            this.setIsToolContinuation(false);
+          });
+      })();
+    }, 0);
+    this.continuationLaunchTimer = timer;
+  }
+
+  startToolContinuation() {
+    if (!this.autoContinueAfterToolResult || this.resumingToolContinuation) return;
+    ++this.continuationGeneration;
+    this.resumingToolContinuation = true;
+    this.pendingToolContinuation = true;
+    this.setIsToolContinuation(true);
+    this.scheduleToolContinuationLaunch();
+  }
+
+  /** The hook's onToolCall effect (deps: chatMessages, status, isServerStreaming, …). */
+  runToolCallEffect() {
+    const onToolCall = this.onToolCall;
+    if (!onToolCall || this.disposed) return;
+    const status = this.chat.status;
+    if (
+      status === "streaming" ||
+      status === "submitted" ||
+      this.isServerStreaming ||
+      this.unresolvedObservedRequestId !== null ||
+      this.recoveringRequestId !== null
+    )
+      return;
+    const chatMessages = this.chat.messages;
+    const lastMsg = chatMessages[chatMessages.length - 1];
+    if (!lastMsg || lastMsg.role !== "assistant") return;
+    const pendingToolCalls = lastMsg.parts.filter(
+      (part) => isToolUIPart(part) && part.state === "input-available" && !this.processedToolCalls.has(part.toolCallId),
+    );
+    for (const part of pendingToolCalls) {
+      const toolCallId = part.toolCallId;
+      const toolName = getToolName(part);
+      this.processedToolCalls.add(toolCallId);
+      this.pendingOnToolCallIds = new Set(this.pendingOnToolCallIds).add(toolCallId);
+      const addToolOutput = (opts) => {
+        this.sendToolOutputToServer(opts.toolCallId, toolName, opts.output, opts.state, opts.errorText);
+        this.addToolResultLocally(toolName, opts);
+      };
+      const finish = () => {
+        if (!this.pendingOnToolCallIds.has(toolCallId)) return;
+        const next = new Set(this.pendingOnToolCallIds);
+        next.delete(toolCallId);
+        this.pendingOnToolCallIds = next;
+      };
+      this.onToolCallInvocations.push({ t: Date.now() - T0, messageId: lastMsg.id, toolCallId, toolName, input: part.input });
+      let result;
+      try {
+        result = onToolCall({ toolCall: { toolCallId, toolName, input: part.input }, addToolOutput });
+      } catch (error) {
+        finish();
+        this.errors.push(`onToolCall threw: ${error.message}`);
+        continue;
+      }
+      Promise.resolve(result)
+        .catch((error) => this.errors.push(`onToolCall rejected: ${error.message}`))
+        .finally(finish);
+    }
+  }
+
+  /** The hook's effect dropping client tool results / processed ids of tool calls no longer shown. */
+  pruneStaleToolState() {
+    const current = new Set();
+    for (const msg of this.chat.messages) for (const part of msg.parts) if ("toolCallId" in part && part.toolCallId) current.add(part.toolCallId);
+    if ([...this.clientToolResults.keys()].some((id) => !current.has(id))) {
+      const next = new Map();
+      for (const [id, output] of this.clientToolResults) if (current.has(id)) next.set(id, output);
+      this.clientToolResults = next;
+    }
+    for (const id of [...this.processedToolCalls]) if (!current.has(id)) this.processedToolCalls.delete(id);
+  }
+
   /** Unmount + drop the socket. */
   destroy() {
     if (this.disposed) return;
@@ -807,7 +1132,12 @@ class Tab {
       pk: this.agent?._pk,
       status: this.chat?.status,
       statusHistory: this.chat?.memoryState.statusHistory,
-      messages: this.chat ? summary(this.chat.messages) : undefined,
+      messages: this.chat ? summary(this.messages) : undefined,
+      ...(this.onToolCallInvocations?.length ? { onToolCall: this.onToolCallInvocations } : {}),
+      ...(this.toolContinuationLaunches ? { toolContinuationLaunches: this.toolContinuationLaunches } : {}),
+      ...(this.peakMessageCount !== undefined ? { peakMessages: this.peakMessageCount, peakAssistants: this.peakAssistantCount } : {}),
+      isServerStreaming: this.isServerStreaming,
+      isToolContinuation: this.isToolContinuation,
       opens: this.opens,
       closes: this.closes,
       errors: this.errors,
@@ -862,6 +1192,297 @@ async function settledGet(baseUrl, agent, name, predicate, what, timeoutMs = 300
     }
     await sleep(100);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tool scenarios (PROTOCOL §3.6–3.8, §4.7, §8.3–8.4, §13, §14)
+
+const WEATHER_PARIS = { city: "Paris", temperature: 21, condition: "sunny" };
+const LOCATION = { lat: 48.85, lon: 2.35 };
+const PAYMENT_BOB = { amount: 42, recipient: "bob" };
+const PAID_BOB = { ok: true, amount: 42, recipient: "bob" };
+
+/** Key-order-insensitive JSON form, for comparing tool inputs / outputs. */
+function canonical(value) {
+  if (Array.isArray(value)) return value.map(canonical);
+  if (value && typeof value === "object") {
+    return Object.fromEntries(
+      Object.keys(value)
+        .sort()
+        .map((k) => [k, canonical(value[k])]),
+    );
+  }
+  return value;
+}
+
+function deepEqual(a, b) {
+  return JSON.stringify(canonical(a)) === JSON.stringify(canonical(b));
+}
+
+/** What two transcripts must agree on: ids, roles, text and the tool parts (type, call id, state, input, output). */
+function comparable(messages) {
+  return messages.map((m) => ({
+    id: m.id,
+    role: m.role,
+    text: textOf(m),
+    tools: toolsOf(m).map((t) => ({ type: t.type, toolCallId: t.toolCallId, state: t.state, input: t.input, output: t.output })),
+  }));
+}
+
+function sameTranscript(x, y) {
+  return deepEqual(comparable(x), comparable(y));
+}
+
+/**
+ * One finished tool turn: [user, assistant] where the assistant holds exactly one `toolType` part in
+ * `state` (with that input / output) before its text, and its only text is `text`, as its last part.
+ */
+function checkToolTurn(messages, { who, userText, toolType, state, input, output, text }) {
+  check(messages.length === 2, `${who} holds ${messages.length} messages, expected exactly user + assistant`, {
+    messages: summary(messages),
+  });
+  const [user, assistant] = messages;
+  check(user.role === "user" && textOf(user) === userText, `${who}: the first message is not the user's ${JSON.stringify(userText)}`, {
+    messages: summary(messages),
+  });
+  check(assistant.role === "assistant", `${who}: the second message is not an assistant`, { messages: summary(messages) });
+  const parts = assistant.parts.map((p) => p.type);
+  const toolParts = assistant.parts.filter((p) => p.type === toolType);
+  check(toolParts.length === 1, `${who}: the assistant has ${toolParts.length} ${toolType} parts, expected 1`, { parts, tools: toolsOf(assistant) });
+  const tool = toolParts[0];
+  check(tool.state === state, `${who}: ${toolType} is ${JSON.stringify(tool.state)}, expected ${JSON.stringify(state)}`, { part: tool });
+  if (input !== undefined) check(deepEqual(tool.input, input), `${who}: ${toolType} input is ${JSON.stringify(tool.input)}, expected ${JSON.stringify(input)}`);
+  if (output !== undefined) {
+    check(deepEqual(tool.output, output), `${who}: ${toolType} output is ${JSON.stringify(tool.output)}, expected ${JSON.stringify(output)}`, { part: tool });
+  }
+  const last = assistant.parts.at(-1);
+  check(last?.type === "text" && last.text === text, `${who}: the assistant does not end with the text ${JSON.stringify(text)}`, {
+    parts,
+    lastPart: last,
+  });
+  check(textOf(assistant) === text, `${who}: the assistant's text is ${JSON.stringify(textOf(assistant))}, expected just ${JSON.stringify(text)}`, {
+    parts,
+  });
+  check(assistant.parts.indexOf(tool) < assistant.parts.length - 1, `${who}: the text does not follow the tool part`, { parts });
+  return { assistant, tool };
+}
+
+function logIndex(entry) {
+  return frameLog.indexOf(entry);
+}
+
+/**
+ * The wire of one tool round trip as `tab` saw it (PROTOCOL §3.6–3.8, §4.4, §13): the one tool frame it
+ * sent (with autoContinue), the server's `cf_agent_message_updated` for that tool call, the
+ * continuation probe answered (`stream_pending` →) `stream_resuming`, one ACK, and the continuation's
+ * frames: every one `continuation: true`, its `start` without `messageId`, one done frame without
+ * `messageIds`, no error.
+ */
+function checkToolRoundTripWire(tab, { frameType, toolCallId, updatedState, updatedOutput }) {
+  const sent = frameLog.filter((e) => e.tab === tab && e.dir === "out" && e.frame.type === frameType);
+  check(sent.length === 1, `${tab} sent ${sent.length} ${frameType} frames, expected 1`, { sent: sent.map(renderFrame) });
+  const toolFrame = sent[0];
+  check(
+    toolFrame.frame.toolCallId === toolCallId && toolFrame.frame.autoContinue === true,
+    `${tab}'s ${frameType} frame is not {toolCallId: ${toolCallId}, autoContinue: true}`,
+    { frame: toolFrame.frame },
+  );
+  const after = frameLog.filter((e) => e.tab === tab && logIndex(e) > logIndex(toolFrame));
+  const updates = after.filter((e) => e.dir === "in" && e.frame.type === MessageType.CF_AGENT_MESSAGE_UPDATED);
+  check(updates.length >= 1, `${tab} never received cf_agent_message_updated after its ${frameType} (PROTOCOL §3.6–3.8)`);
+  const updatedPart = updates[0].frame.message?.parts?.find((p) => p.toolCallId === toolCallId);
+  check(
+    updatedPart?.state === updatedState && (updatedOutput === undefined || deepEqual(updatedPart.output, updatedOutput)),
+    `the first cf_agent_message_updated after ${frameType} has the tool part ${JSON.stringify(updatedPart && { state: updatedPart.state, output: updatedPart.output })}, expected state ${JSON.stringify(updatedState)}${updatedOutput === undefined ? "" : ` with output ${JSON.stringify(updatedOutput)}`}`,
+    { frame: renderFrame(updates[0]) },
+  );
+  const probes = after.filter((e) => e.dir === "out" && e.frame.type === MessageType.CF_AGENT_STREAM_RESUME_REQUEST);
+  check(probes.length >= 1, `${tab} never probed for the tool continuation (expectToolContinuation + resumeStream)`);
+  const probeId = probes[0].frame.probeId;
+  const answers = after.filter(
+    (e) =>
+      e.dir === "in" &&
+      e.frame.probeId === probeId &&
+      [MessageType.CF_AGENT_STREAM_PENDING, MessageType.CF_AGENT_STREAM_RESUMING, MessageType.CF_AGENT_STREAM_RESUME_NONE].includes(e.frame.type),
+  );
+  const none = frameLog.find(
+    (e) => e.tab === tab && e.dir === "in" && logIndex(e) > logIndex(probes[0]) && e.frame.type === MessageType.CF_AGENT_STREAM_RESUME_NONE,
+  );
+  check(
+    !none || answers.some((e) => e.frame.type === MessageType.CF_AGENT_STREAM_RESUMING && logIndex(e) < logIndex(none)),
+    `the continuation probe ${probeId} was answered with ${JSON.stringify(none?.frame)} before any stream_resuming: the client gives the continuation up (PROTOCOL §4.4: a pending continuation is answered with stream_pending, then stream_resuming)`,
+    { answers: answers.map(renderFrame) },
+  );
+  const acks = after.filter((e) => e.dir === "out" && e.frame.type === MessageType.CF_AGENT_STREAM_RESUME_ACK);
+  check(acks.length === 1, `${tab} sent ${acks.length} resume ACKs after its ${frameType}, expected 1`, {
+    acks: acks.map(renderFrame),
+    answers: answers.map(renderFrame),
+  });
+  const continuationId = acks[0].frame.id;
+  const resuming = after.find((e) => e.dir === "in" && e.frame.type === MessageType.CF_AGENT_STREAM_RESUMING && e.frame.id === continuationId);
+  check(resuming && logIndex(resuming) < logIndex(acks[0]), `${tab} ACKed ${continuationId} without a stream_resuming for it`);
+  const frames = responseFrames(tab, continuationId);
+  const flagless = frames.filter((e) => e.frame.continuation !== true);
+  check(flagless.length === 0, `${flagless.length} frames of the continuation ${continuationId} lack continuation:true (PROTOCOL §8.3, §13)`, {
+    frames: flagless.slice(0, 5).map(renderFrame),
+  });
+  const chunks = frames.map((e) => parsedChunk(e.frame)).filter(Boolean);
+  const starts = chunks.filter((c) => c.type === "start");
+  check(starts.length >= 1, `the continuation ${continuationId} has no start chunk`, { chunks: chunks.map((c) => c.type) });
+  check(
+    starts.every((c) => c.messageId === undefined),
+    `the continuation's start chunk carries messageId ${JSON.stringify(starts.find((c) => c.messageId !== undefined)?.messageId)} (PROTOCOL §8.3, §13: stripped)`,
+  );
+  const errors = frames.filter((e) => e.frame.error);
+  check(errors.length === 0, `the continuation ${continuationId} errored`, { frames: errors.map(renderFrame) });
+  const dones = frames.filter((e) => e.frame.done === true);
+  check(dones.length === 1, `the continuation ${continuationId} has ${dones.length} done frames, expected 1`, { frames: dones.map(renderFrame) });
+  check(
+    !("messageIds" in dones[0].frame),
+    `the continuation's done frame carries messageIds ${JSON.stringify(dones[0].frame.messageIds)} (PROTOCOL §13: none)`,
+    { frame: dones[0].frame },
+  );
+  const strays = after.filter(
+    (e) => e.dir === "in" && e.frame.type === MessageType.CF_AGENT_USE_CHAT_RESPONSE && e.frame.id !== continuationId,
+  );
+  check(strays.length === 0, `${strays.length} chat response frames of another request arrived after the ${frameType}`, {
+    frames: strays.slice(0, 5).map(renderFrame),
+  });
+  const finalMessages = after.filter((e) => e.dir === "in" && e.frame.type === MessageType.CF_AGENT_CHAT_MESSAGES);
+  return {
+    continuationId,
+    probeAnswers: answers.map((e) => e.frame.type),
+    messageUpdated: updates.map((e) => renderFrame(e)),
+    continuationChunks: chunks.map((c) => c.type),
+    chatMessagesToOriginator: finalMessages.length,
+  };
+}
+
+/** The app's onToolCall: answers the client tool getLocation, nothing else. */
+function answerGetLocation({ toolCall, addToolOutput }) {
+  if (toolCall.toolName === "getLocation") addToolOutput({ toolCallId: toolCall.toolCallId, output: LOCATION });
+}
+
+/** Waits until `tab` finished a tool continuation: its done frame arrived and the hook settled. */
+async function waitForContinuation(tab, what, timeoutMs = 15_000) {
+  await until(
+    () =>
+      frameLog.some(
+        (e) =>
+          e.tab === tab.label &&
+          e.dir === "in" &&
+          e.frame.type === MessageType.CF_AGENT_USE_CHAT_RESPONSE &&
+          e.frame.continuation === true &&
+          e.frame.done === true,
+      ) &&
+      (tab.toolContinuationLaunches ?? 0) >= 1 &&
+      !tab.resumingToolContinuation &&
+      !tab.isToolContinuation &&
+      tab.resumeOperation === null &&
+      tab.status === "ready",
+    timeoutMs,
+    what,
+  ).catch((error) => {
+    throw Object.assign(error, { details: { tab: tab.snapshot(), resumingToolContinuation: tab.resumingToolContinuation } });
+  });
+  // Let late AI SDK writes and the server's final broadcasts land before judging the final state.
+  await sleep(400);
+}
+
+/** The first turn's chunks, as `tab` received them. */
+function chunksOf(tab, requestId) {
+  return responseFrames(tab, requestId)
+    .map((e) => parsedChunk(e.frame))
+    .filter(Boolean);
+}
+
+/**
+ * Tab `a` sends `client-tool:`; the turn ends with getLocation awaiting the client; the hook's
+ * onToolCall effect answers it through addToolOutput; the continuation runs. Returns what the
+ * checks need.
+ */
+async function clientToolRoundTrip(a, observed) {
+  await withTimeout(a.send("client-tool:"), 10_000, "sendMessage(client-tool:) to finish");
+  const req = sentRequests(a.label)[0];
+  const serverId = requireServerStart(a.label, req.id);
+  const first = chunksOf(a.label, req.id);
+  observed.firstTurnChunks = first.map((c) => c.type);
+  const call = first.find((c) => c.type === "tool-input-available");
+  check(call?.toolName === "getLocation", "the first turn did not call the client tool getLocation", { chunks: observed.firstTurnChunks });
+  check(!first.some((c) => c.type === "tool-output-available"), "the first turn produced an output for the client tool getLocation");
+  await until(() => a.onToolCallInvocations.length > 0, 3000, "onToolCall to run for getLocation").catch((error) => {
+    throw Object.assign(error, { details: { tab: a.snapshot() } });
+  });
+  await waitForContinuation(a, "the tool continuation after addToolOutput to finish");
+  check(a.onToolCallInvocations.length === 1, `onToolCall ran ${a.onToolCallInvocations.length} times, expected once`, {
+    calls: a.onToolCallInvocations,
+  });
+  const invocation = a.onToolCallInvocations[0];
+  check(
+    invocation.toolName === "getLocation" && invocation.toolCallId === call.toolCallId && invocation.messageId === serverId,
+    "onToolCall ran for something other than the turn's getLocation call",
+    { invocation, call, serverId },
+  );
+  return { req, serverId, toolCallId: call.toolCallId };
+}
+
+const CLIENT_TOOL_TEXT = `tool result: ${JSON.stringify(LOCATION)}`;
+
+/** approve:bob, answered through addToolApprovalResponse({id: approvalId, approved}). */
+async function approvalScenario({ urls, agent, name }, observed, approved) {
+  const a = await mounted(urls[0], agent, name, { onToolCall: answerGetLocation });
+  await withTimeout(a.send("approve:bob"), 10_000, "sendMessage(approve:bob) to finish");
+  const req = sentRequests(a.label)[0];
+  const serverId = requireServerStart(a.label, req.id);
+  const first = chunksOf(a.label, req.id);
+  observed.firstTurnChunks = first.map((c) => c.type);
+  const request = first.find((c) => c.type === "tool-approval-request");
+  check(request && typeof request.approvalId === "string", "the first turn has no tool-approval-request chunk", { chunks: observed.firstTurnChunks });
+  const part = await until(
+    () => a.messages.at(-1)?.parts?.find((p) => p.type === "tool-processPayment" && p.state === "approval-requested"),
+    3000,
+    "the processPayment part to await approval (approval-requested)",
+  ).catch((error) => {
+    throw Object.assign(error, { details: { tab: a.snapshot() } });
+  });
+  check(part.toolCallId === request.toolCallId && part.approval?.id === request.approvalId, "the approval-requested part does not match the tool-approval-request chunk", {
+    part,
+    request,
+  });
+  check(deepEqual(part.input, PAYMENT_BOB), `processPayment input is ${JSON.stringify(part.input)}, expected ${JSON.stringify(PAYMENT_BOB)}`);
+  const beforeApproval = await getMessages(urls[0], agent, name);
+  observed.getBeforeApproval = summary(beforeApproval);
+  a.addToolApprovalResponse({ id: part.approval.id, approved });
+  await waitForContinuation(a, `the tool continuation after addToolApprovalResponse(approved: ${approved}) to finish`);
+  observed.tab = a.snapshot();
+  observed.wire = checkToolRoundTripWire(a.label, {
+    frameType: MessageType.CF_AGENT_TOOL_APPROVAL,
+    toolCallId: part.toolCallId,
+    updatedState: approved ? "approval-responded" : "output-denied",
+  });
+  check(a.status === "ready" && !a.chat.error, `status is ${a.status}`, { error: a.chat.error?.message, errors: a.errors });
+  check(a.onToolCallInvocations.length === 0, "onToolCall ran for the server tool processPayment", { calls: a.onToolCallInvocations });
+  const expected = {
+    userText: "approve:bob",
+    toolType: "tool-processPayment",
+    input: PAYMENT_BOB,
+    ...(approved
+      ? { state: "output-available", output: PAID_BOB, text: `tool result: ${JSON.stringify(PAID_BOB)}` }
+      : { state: "output-denied", text: "tool denied" }),
+  };
+  if (approved) {
+    const contChunks = chunksOf(a.label, observed.wire.continuationId);
+    const out = contChunks.find((c) => c.type === "tool-output-available" && c.toolCallId === part.toolCallId);
+    check(out && deepEqual(out.output, PAID_BOB), "the continuation did not carry tool-output-available for the approved call", {
+      chunks: observed.wire.continuationChunks,
+    });
+  }
+  checkToolTurn(a.messages, { who: "the client", ...expected });
+  check(a.messages[1].id === serverId, `the assistant id ${a.messages[1].id} is not the first turn's ${serverId}: the continuation did not land in the same message`);
+  const history = await settledGet(urls[0], agent, name, (h) => h.length === 2 && textOf(h[1]) === expected.text, "the finished approval turn");
+  observed.get = summary(history);
+  checkToolTurn(history, { who: "get-messages", ...expected });
+  check(sameTranscript(history, a.messages), "get-messages differs from the client state", { client: summary(a.messages), get: summary(history) });
 }
 
 const scenarios = {

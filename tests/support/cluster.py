@@ -10,6 +10,8 @@ from pathlib import Path
 from durachat_infra.local.cluster import LocalCluster
 from durachat_infra.local.redis_server import free_port
 
+TESTS_DIR = str(Path(__file__).resolve().parents[1])
+
 FAST_TIMING = {
     "DURACHAT_HEARTBEAT_INTERVAL": "0.2",
     "DURACHAT_SHARD_TTL": "1.0",
@@ -39,6 +41,9 @@ def running_cluster(
         env={
             **FAST_TIMING,
             "DURACHAT_KEY_PREFIX": f"e{uuid.uuid4().hex[:8]}",
+            # The test agents (support.agents) beside the demo one.
+            "DURACHAT_AGENTS": "durachat.demo,support.agents",
+            "PYTHONPATH": TESTS_DIR,
             **(env or {}),
         },
         log_dir=tmp / "logs",

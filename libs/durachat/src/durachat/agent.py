@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import re
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -69,6 +69,10 @@ class Agent:
 
     max_steps: int = 5
     """The most model calls one reply may make (each tool round trip is one more)."""
+
+    message_concurrency: str | Mapping[str, Any] = "queue"
+    """What a send does while a turn is running: `queue`, `latest`, `merge`, `drop`, or
+    `{"strategy": "debounce", "debounce_ms": 750}`."""
 
     def __init__(self, conversation: str, *, model: str | None = None) -> None:
         self.conversation = conversation

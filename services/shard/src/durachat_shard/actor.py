@@ -24,9 +24,10 @@ from durachat.types import JSONDict, UIChunk
 from durachat_infra.eventlog import only
 from durachat_infra.store import FencedError, FencedTransaction, Store, TurnStatus
 from durachat_shard import metrics
+from durachat_shard.concurrency import Concurrency, merge_user_messages
 from durachat_shard.emitter import Emitter
 from durachat_shard.requests import ChatRequest, FrameError, parse_chat_request, parse_messages
-from durachat_shard.transcript import Transcript
+from durachat_shard.transcript import Change, Transcript
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,10 @@ class _QueuedTurn:
     accepted: asyncio.Future[None]
     """Resolves once the request and its messages are durable."""
     continuation: bool = False
+    seq: int = 0
+    """Order of the send among this conversation's sends (for `latest`-like strategies)."""
+    debounce_until: float | None = None
+    """When a debounced send may run (monotonic time)."""
 
 
 @dataclass(slots=True)
@@ -111,6 +116,10 @@ class ConversationActor:
         self._last_body: JSONDict | None = last_body
         self._last_client_tools: list[JSONDict] | None = last_client_tools
         self._continuation: _PendingContinuation | None = None
+        self._concurrency = Concurrency.parse(agent.message_concurrency)
+        self._submits = 0
+        self._merge_from: int | None = None
+        self._inflight: JSONDict | None = None
         # Request ids already accepted, newest last: a retried request is recognised without a
         # database round trip (loaded from the turns table on activation).
         self._recent: dict[str, None] = dict.fromkeys(reversed(recent_requests or []))
@@ -273,11 +282,22 @@ class ConversationActor:
         self._remember(request.request_id)
         self._last_body = request.body
         self._last_client_tools = request.client_tools
-        if self._active is None and self._turns.empty():
+        overlapping = self._active is not None or not self._turns.empty()
+        submit = request.trigger == "submit-message"
+        strategy = self._concurrency.strategy
+        if overlapping and submit and strategy == "drop":
+            self._drop(requester, request)
+            return
+        if not overlapping:
             # While a turn streams, its stream stays the one clients resume; a queued turn
             # announces itself when it starts streaming.
             self.emit.pending(request.request_id)
+            self._merge_from = None
+        elif submit and strategy == "merge" and self._merge_from is None:
+            self._merge_from = len(self.transcript.messages)
         merged, change = self.transcript.persist(request.messages, truncate=True)
+        if overlapping and submit and strategy == "merge":
+            change.ops.extend(self._merge_tail().ops)
 
         async def record(tx: FencedTransaction) -> None:
             # One transaction records the turn (idempotent by request id) and its messages.
@@ -297,7 +317,39 @@ class ConversationActor:
         self.agent.messages = self.transcript.messages
         self.emit.messages(merged, exclude=requester)
         anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
-        self._turns.put_nowait(_QueuedTurn(request, requester, self._generation, anchor, accepted))
+        queued = _QueuedTurn(request, requester, self._generation, anchor, accepted)
+        if submit:
+            self._submits += 1
+            queued.seq = self._submits
+            if overlapping and strategy == "debounce":
+                queued.debounce_until = time.monotonic() + self._concurrency.debounce_ms / 1000
+        self._turns.put_nowait(queued)
+
+    def _merge_tail(self) -> Change:
+        """Collapse the user messages sent while busy into one (the `merge` strategy)."""
+        messages = self.transcript.messages
+        start = self._merge_from if self._merge_from is not None else len(messages)
+        run = messages[start:]
+        if len(run) < 2 or any(m.get("role") != "user" for m in run):
+            return Change("main")
+        return self.transcript.replace_tail(len(run), merge_user_messages(run))
+
+    def _drop(self, requester: str, request: ChatRequest) -> None:
+        """Refuse an overlapping send (the `drop` strategy): nothing is stored; the sender gets
+        the server's transcript back, the reply in progress included."""
+        rollback = list(self.transcript.messages)
+        if self._inflight is not None:
+            rollback.append(copy.deepcopy(self._inflight))
+        self.emit.to(requester, {"type": MessageType.CHAT_MESSAGES.value, "messages": rollback})
+        self.emit.terminal(
+            request.request_id,
+            outcome="skipped",
+            message_ids=request.user_message_ids,
+            continuation=False,
+            streamed=False,
+            target=only(requester),
+            change_state=False,
+        )
 
     async def _tool_result(self, requester: str, frame: JSONDict) -> None:
         call_id = frame.get("toolCallId")
@@ -478,6 +530,15 @@ class ConversationActor:
             if self._stopping:
                 await self._skip(queued)
                 continue
+            if queued.debounce_until is not None:
+                await asyncio.sleep(max(0.0, queued.debounce_until - time.monotonic()))
+            if self._concurrency.supersedes and 0 < queued.seq < self._submits:
+                # A newer send came in meanwhile; it answers everything (`latest` and kin).
+                await self._skip(queued)
+                continue
+            if queued.generation != self._generation:
+                await self._skip(queued)
+                continue
             self._idle.clear()
             try:
                 await self._run_turn(queued)
@@ -490,6 +551,7 @@ class ConversationActor:
                 log.exception("conversation %s: turn failed", self.conversation_id)
             finally:
                 self._active = None
+                self._inflight = None
                 self._idle.set()
                 self.last_active = time.monotonic()
 
@@ -514,6 +576,8 @@ class ConversationActor:
         else:
             base = {"id": new_assistant_id(), "role": "assistant", "parts": []}
         assembler = ReplyAssembler(base, continuation=continuation)
+        self._inflight = assembler.message
+        self._inflight = assembler.message
         message_ids = None if continuation else request.user_message_ids
         self.emit.stream_start(request.request_id, continuation=continuation)
         outcome: TurnStatus = "completed"

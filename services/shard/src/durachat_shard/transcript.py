@@ -176,6 +176,15 @@ class Transcript:
         self._nodes.insert(at + 1, node)
         return change
 
+    def replace_tail(self, count: int, message: UIMessage) -> Change:
+        """Put `message` in place of the last `count` messages of the path (they stay in the
+        tree, off the path)."""
+        change = Change(self._branch)
+        del self._nodes[len(self._nodes) - count :]
+        self._append(change, [message])
+        change.ops.append(_Op("leaf", node=self._leaf))
+        return change
+
     def clear(self) -> Change:
         """Remove every message of the conversation."""
         self._nodes.clear()
