@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from durachat.tools import Tool
+from durachat.tools import Tool, ToolLedger
 from durachat.types import JSONDict, UIChunk, UIMessage
 
 
@@ -47,6 +47,8 @@ class Turn:
     continuation: bool = False
     client_tools: list[JSONDict] | None = None
     trigger: str = "submit-message"
+    ledger: ToolLedger | None = None
+    """Where server tool calls are recorded so none runs twice (set by the host)."""
 
 
 class Agent:
@@ -106,6 +108,7 @@ class Agent:
             abort=turn.abort,
             max_steps=self.max_steps,
             continuation=turn.continuation,
+            ledger=turn.ledger,
             **litellm_kwargs,
         ):
             yield chunk

@@ -19,7 +19,10 @@ from typing import Any
 from durachat.messages import StreamAccumulator
 from durachat.models import stream_ui_chunks, to_chat_messages
 from durachat.tools import (
+    INTERRUPTED_TOOL_ERROR,
+    LedgerEntry,
     ToolCallDecision,
+    ToolLedger,
     ToolSet,
     approval_request_chunk,
     approved_tool_parts,
@@ -40,6 +43,7 @@ async def stream_steps(
     abort: asyncio.Event | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
     continuation: bool = False,
+    ledger: ToolLedger | None = None,
     **litellm_kwargs: Any,
 ) -> AsyncIterator[UIChunk]:
     """Stream a reply of up to `max_steps` model steps, running server tools in between.
@@ -53,6 +57,8 @@ async def stream_steps(
         max_steps: the most model calls one reply may make.
         continuation: the reply continues the last assistant message of `history` (after tool
             results or approvals): tools the user approved there run first, then the model.
+        ledger: where server tool calls are recorded, so none runs twice (see
+            `durachat.tools.ledger`).
         **litellm_kwargs: passed to every model call.
 
     Yields:
@@ -68,7 +74,7 @@ async def stream_steps(
                 "toolName": tool_part_name(part),
                 "input": part.get("input"),
             }
-            async for chunk in _execute(call, tools, reply, abort):
+            async for chunk in _execute(call, tools, reply, abort, ledger):
                 yield chunk
     specs = tools.for_model() or None
     finish: UIChunk | None = None
@@ -93,7 +99,7 @@ async def stream_steps(
             break
         all_ran = True
         for call in calls:
-            async for chunk in _settle(call, tools, reply, abort):
+            async for chunk in _settle(call, tools, reply, abort, ledger):
                 yield chunk
             settled = _tool_part(reply, str(call["toolCallId"]))
             if settled is None or not str(settled.get("state", "")).startswith("output-"):
@@ -105,12 +111,23 @@ async def stream_steps(
 
 
 async def _execute(
-    call: UIChunk, tools: ToolSet, reply: StreamAccumulator, abort: asyncio.Event | None
+    call: UIChunk,
+    tools: ToolSet,
+    reply: StreamAccumulator,
+    abort: asyncio.Event | None,
+    ledger: ToolLedger | None,
 ) -> AsyncIterator[UIChunk]:
     call_id = str(call["toolCallId"])
-    tool = tools.get(str(call["toolName"]))
+    name = str(call["toolName"])
+    tool = tools.get(name)
     if tool is None or tool.is_client:
-        chunk = tools.unavailable(call_id, str(call["toolName"])).to_chunk()
+        chunk = tools.unavailable(call_id, name).to_chunk()
+        reply.apply(chunk)
+        yield chunk
+        return
+    known = await ledger.begin(call_id, name, call.get("input")) if ledger is not None else None
+    if known is not None:
+        chunk = _from_ledger(call_id, known)
         reply.apply(chunk)
         yield chunk
         return
@@ -118,18 +135,35 @@ async def _execute(
         tool, call_id, call.get("input"), abort=abort, messages=[reply.to_message()]
     ):
         chunk = event.to_chunk()
+        if event.final and ledger is not None:
+            if chunk["type"] == "tool-output-error":
+                await ledger.finish(call_id, error=str(chunk.get("errorText")))
+            else:
+                await ledger.finish(call_id, output=chunk.get("output"))
         reply.apply(chunk)
         yield chunk
 
 
+def _from_ledger(call_id: str, known: LedgerEntry) -> UIChunk:
+    """The result of a call the ledger already holds: it does not run again."""
+    if known.status == "completed":
+        return {"type": "tool-output-available", "toolCallId": call_id, "output": known.output}
+    error = known.error if known.status == "error" else INTERRUPTED_TOOL_ERROR
+    return {"type": "tool-output-error", "toolCallId": call_id, "errorText": error}
+
+
 async def _settle(
-    call: UIChunk, tools: ToolSet, reply: StreamAccumulator, abort: asyncio.Event | None
+    call: UIChunk,
+    tools: ToolSet,
+    reply: StreamAccumulator,
+    abort: asyncio.Event | None,
+    ledger: ToolLedger | None,
 ) -> AsyncIterator[UIChunk]:
     call_id = str(call["toolCallId"])
     name = str(call["toolName"])
     decision = await tools.decide(name, call.get("input"))
     if decision is ToolCallDecision.EXECUTE:
-        async for chunk in _execute(call, tools, reply, abort):
+        async for chunk in _execute(call, tools, reply, abort, ledger):
             yield chunk
     elif decision is ToolCallDecision.REQUEST_APPROVAL:
         chunk = approval_request_chunk(call_id)

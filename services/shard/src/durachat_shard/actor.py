@@ -26,6 +26,7 @@ from durachat_infra.store import FencedError, FencedTransaction, Store, TurnStat
 from durachat_shard import metrics
 from durachat_shard.concurrency import Concurrency, merge_user_messages
 from durachat_shard.emitter import Emitter
+from durachat_shard.ledger import SqlToolLedger
 from durachat_shard.requests import ChatRequest, FrameError, parse_chat_request, parse_messages
 from durachat_shard.transcript import Change, Transcript
 
@@ -568,6 +569,7 @@ class ConversationActor:
             continuation=continuation,
             client_tools=request.client_tools,
             trigger=request.trigger,
+            ledger=SqlToolLedger(self._write, self.shard_id),
         )
         messages = self.transcript.messages
         if continuation and messages and messages[-1].get("role") == "assistant":

@@ -103,3 +103,22 @@ class TurnRecord:
     error: str | None
     heartbeat_at: datetime | None
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRecord:
+    """A server tool call in the ledger.
+
+    Attributes:
+        tool_call_id: the model's id of the call.
+        tool_name: the tool called.
+        status: `running` (started, no result recorded), `completed` or `error`.
+        output: the recorded output of a completed call.
+        error: the error text of a failed call.
+    """
+
+    tool_call_id: str
+    tool_name: str
+    status: str
+    output: Any
+    error: str | None

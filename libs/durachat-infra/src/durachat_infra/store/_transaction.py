@@ -16,12 +16,13 @@ from durachat_infra.store._records import (
     MAIN_BRANCH,
     TURN_KINDS,
     TURN_STATUSES,
+    ToolCallRecord,
     TurnKind,
     TurnStatus,
 )
 from durachat_infra.store._types import utcnow
 from durachat_infra.store.errors import FencedError, StoreError
-from durachat_infra.store.models import Branch, Conversation, Message, Turn
+from durachat_infra.store.models import Branch, Conversation, Message, ToolExecution, Turn
 
 logger = logging.getLogger(__name__)
 
@@ -317,6 +318,66 @@ class FencedTransaction:
             )
             if result.rowcount != 1:
                 raise StoreError(f"no turn {request_id!r} in conversation {self.conversation_id}")
+
+    async def record_tool_call(
+        self, tool_call_id: str, *, tool_name: str, input: Any, owner: str
+    ) -> ToolCallRecord | None:
+        """Enter a server tool call in the ledger as `running`, before it runs.
+
+        Returns:
+            `None` if the call is new (it may run now), else the call's existing record, which
+            is left as it is: a completed call is never run again.
+        """
+        async with self._op("record tool call") as conn:
+            inserted = await conn.execute(
+                insert_new(
+                    conn,
+                    ToolExecution,
+                    ["conversation_id", "tool_call_id"],
+                    conversation_id=self.conversation_id,
+                    tool_call_id=tool_call_id,
+                    tool_name=tool_name,
+                    status="running",
+                    input=input,
+                    owner=owner,
+                    epoch=self.epoch,
+                ).returning(ToolExecution.id)
+            )
+            if inserted.first() is not None:
+                return None
+            row = (
+                await conn.execute(
+                    select(
+                        ToolExecution.tool_name,
+                        ToolExecution.status,
+                        ToolExecution.output,
+                        ToolExecution.error,
+                    ).where(
+                        ToolExecution.conversation_id == self.conversation_id,
+                        ToolExecution.tool_call_id == tool_call_id,
+                    )
+                )
+            ).one()
+        return ToolCallRecord(tool_call_id, row.tool_name, row.status, row.output, row.error)
+
+    async def finish_tool_call(
+        self, tool_call_id: str, *, output: Any = None, error: str | None = None
+    ) -> None:
+        """Record how a server tool call ended: its output, or `error`."""
+        async with self._op("finish tool call") as conn:
+            await conn.execute(
+                update(ToolExecution)
+                .where(
+                    ToolExecution.conversation_id == self.conversation_id,
+                    ToolExecution.tool_call_id == tool_call_id,
+                )
+                .values(
+                    status="error" if error is not None else "completed",
+                    output=output,
+                    error=error,
+                    updated_at=utcnow(),
+                )
+            )
 
     @contextlib.asynccontextmanager
     async def _op(self, action: str) -> AsyncIterator[AsyncConnection]:

@@ -175,3 +175,28 @@ class Turn(_Timestamps, Base):
     request: Mapped[dict[str, Any] | None] = mapped_column(JSONText)
     stash: Mapped[dict[str, Any] | None] = mapped_column(JSONText)
     error: Mapped[str | None]
+
+
+class ToolExecution(_Timestamps, Base):
+    """The tool-execution ledger: one row per server tool call, written before it runs and
+    after it ends, so no completed call is ever executed twice (DESIGN §8)."""
+
+    __tablename__ = "tool_executions"
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "tool_call_id"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    tool_call_id: Mapped[str]
+    tool_name: Mapped[str]
+    status: Mapped[str]
+    """`running`, `completed` or `error`."""
+    input: Mapped[Any | None] = mapped_column(JSONText)
+    output: Mapped[Any | None] = mapped_column(JSONText)
+    error: Mapped[str | None]
+    owner: Mapped[str | None]
+    epoch: Mapped[int] = mapped_column(BigInteger)

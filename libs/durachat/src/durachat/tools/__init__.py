@@ -59,6 +59,12 @@ Client frames (applied serially per conversation):
 
 from durachat.tools.client import DEFAULT_CLIENT_TOOL_PARAMETERS, client_tools_from_schemas
 from durachat.tools.events import ToolEvent, ToolEventKind, approval_request_chunk, new_approval_id
+from durachat.tools.ledger import (
+    INTERRUPTED_TOOL_ERROR,
+    LedgerEntry,
+    MemoryToolLedger,
+    ToolLedger,
+)
 from durachat.tools.output import ToolOutputError, to_json_output
 from durachat.tools.pending import (
     parallel_batch_incomplete,
@@ -87,7 +93,10 @@ from durachat.tools.toolset import ToolCallDecision, ToolSet
 __all__ = [
     "DEFAULT_CLIENT_TOOL_PARAMETERS",
     "DEFAULT_TOOL_ERROR_TEXT",
+    "INTERRUPTED_TOOL_ERROR",
     "ApprovalCheck",
+    "LedgerEntry",
+    "MemoryToolLedger",
     "Tool",
     "ToolCallDecision",
     "ToolContext",
@@ -95,6 +104,7 @@ __all__ = [
     "ToolEvent",
     "ToolEventKind",
     "ToolInputError",
+    "ToolLedger",
     "ToolOutputError",
     "ToolSet",
     "apply_tool_approval",
