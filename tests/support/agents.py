@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from durachat import TurnResult
 from durachat.demo import ChatAgent
 
 
@@ -27,3 +30,31 @@ class DebounceAgent(ChatAgent):
     """`debounce`, 300 ms."""
 
     message_concurrency = {"strategy": "debounce", "debounce_ms": 300}
+
+
+class ProgrammaticAgent(ChatAgent):
+    """Uses the programmatic API after its turns: `schedule:<text>` makes it save a new user
+    message `<text>` and run a turn on it; `more` makes it continue its last reply."""
+
+    async def on_chat_response(self, result: TurnResult) -> None:
+        if result.status != "completed" or result.continuation:
+            return
+        text = _last_user_text(self.messages)
+        if text.startswith("schedule:"):
+            follow_up = {
+                "id": f"scheduled-{result.request_id}",
+                "role": "user",
+                "parts": [{"type": "text", "text": text.removeprefix("schedule:")}],
+            }
+            await self.save_messages(lambda messages: [*messages, follow_up])
+        elif text == "more":
+            await self.continue_last_turn()
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return "".join(
+                str(p.get("text", "")) for p in message.get("parts", []) if p.get("type") == "text"
+            )
+    return ""

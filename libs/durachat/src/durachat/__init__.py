@@ -1,5 +1,12 @@
 """durachat: durable AI chat agents, served by a horizontally scaled cluster."""
 
-from durachat.agent import Agent, AgentRegistry, Turn, kebab_case
+from durachat.agent import Agent, AgentHost, AgentRegistry, Turn, TurnResult, kebab_case
 
-__all__ = ["Agent", "AgentRegistry", "Turn", "kebab_case"]
+__all__ = [
+    "Agent",
+    "AgentHost",
+    "AgentRegistry",
+    "Turn",
+    "TurnResult",
+    "kebab_case",
+]

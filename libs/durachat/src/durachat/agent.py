@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import importlib
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, Protocol
 
 from durachat.tools import Tool, ToolLedger
 from durachat.types import JSONDict, UIChunk, UIMessage
@@ -49,6 +49,47 @@ class Turn:
     trigger: str = "submit-message"
     ledger: ToolLedger | None = None
     """Where server tool calls are recorded so none runs twice (set by the host)."""
+
+
+TurnStatusName = Literal["completed", "error", "aborted", "skipped"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """How a turn ended (what `save_messages` and `continue_last_turn` return, and what
+    `on_chat_response` is told)."""
+
+    request_id: str
+    status: TurnStatusName
+    error: str | None = None
+    message: UIMessage | None = None
+    """The assistant message the turn produced or continued, if any."""
+    continuation: bool = False
+
+
+MessagesOrUpdate = list[UIMessage] | Callable[[list[UIMessage]], list[UIMessage]]
+
+
+class AgentHost(Protocol):
+    """What the host (a shard) offers an agent; see the methods of the same names on `Agent`."""
+
+    async def persist_messages(self, messages: list[UIMessage]) -> None: ...
+
+    async def save_messages(
+        self, messages: MessagesOrUpdate, *, body: JSONDict | None
+    ) -> TurnResult: ...
+
+    async def continue_last_turn(self, *, body: JSONDict | None) -> TurnResult: ...
+
+    async def wait_until_stable(self, timeout: float | None) -> bool: ...
+
+    def has_pending_interaction(self) -> bool: ...
+
+    def abort_request(self, request_id: str) -> bool: ...
+
+    def abort_all_requests(self) -> None: ...
+
+    async def reset_turn_state(self) -> None: ...
 
 
 class Agent:
@@ -83,6 +124,58 @@ class Agent:
             self.model = model
         self.messages: list[UIMessage] = []
         """The current transcript, kept up to date by the host."""
+        self.host: AgentHost | None = None
+        """The host running this conversation (set by it; the programmatic API goes there)."""
+
+    def _host(self) -> AgentHost:
+        if self.host is None:
+            raise RuntimeError("this agent is not hosted: the programmatic API needs a host")
+        return self.host
+
+    async def persist_messages(self, messages: list[UIMessage]) -> None:
+        """Store messages (reconciled and upserted like a client sync) and show them to every
+        tab, without starting a turn."""
+        await self._host().persist_messages(messages)
+
+    async def save_messages(
+        self, messages: MessagesOrUpdate, *, body: JSONDict | None = None
+    ) -> TurnResult:
+        """Store messages, then run a turn on them, like a send from no connection.
+
+        `messages` is a list, or a function of the current messages returning the new list
+        (resolved when the turn's place in the queue comes, so it sees every earlier turn).
+        Returns once the turn has ended. Calling it from inside `on_chat_message` would wait
+        for itself: start it from elsewhere (a tool, `on_chat_response`, a background task).
+        """
+        return await self._host().save_messages(messages, body=body)
+
+    async def continue_last_turn(self, *, body: JSONDict | None = None) -> TurnResult:
+        """Run a continuation of the last assistant message (skipped when there is none)."""
+        return await self._host().continue_last_turn(body=body)
+
+    async def wait_until_stable(self, timeout: float | None = None) -> bool:
+        """Wait until no turn runs or waits and no tool interaction is pending; False on
+        timeout."""
+        return await self._host().wait_until_stable(timeout)
+
+    def has_pending_interaction(self) -> bool:
+        """Whether a tool call waits for a client result or a human approval."""
+        return self._host().has_pending_interaction()
+
+    def abort_request(self, request_id: str) -> bool:
+        """Abort a running turn (like a client cancel); False if it is not running."""
+        return self._host().abort_request(request_id)
+
+    def abort_all_requests(self) -> None:
+        """Abort the running turn, if any; queued turns still run."""
+        self._host().abort_all_requests()
+
+    async def reset_turn_state(self) -> None:
+        """Abort the running turn and drop every queued one and any pending continuation."""
+        await self._host().reset_turn_state()
+
+    async def on_chat_response(self, result: TurnResult) -> None:
+        """Called after every turn ends (any kind). Override to react; errors are logged."""
 
     @classmethod
     def agent_name(cls) -> str:

@@ -12,15 +12,21 @@ import contextlib
 import copy
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
-from durachat.agent import Agent, Turn
+from durachat.agent import Agent, MessagesOrUpdate, Turn, TurnResult, TurnStatusName
 from durachat.messages import ReplyAssembler, new_assistant_id, new_request_id
 from durachat.models import ModelError
 from durachat.protocol import MessageType
-from durachat.tools import apply_tool_approval, apply_tool_result, parallel_batch_incomplete
-from durachat.types import JSONDict, UIChunk
+from durachat.tools import (
+    apply_tool_approval,
+    apply_tool_result,
+    parallel_batch_incomplete,
+    pending_interaction,
+)
+from durachat.types import JSONDict, UIChunk, UIMessage
 from durachat_infra.eventlog import only
 from durachat_infra.store import FencedError, FencedTransaction, Store, TurnStatus
 from durachat_shard import metrics
@@ -56,6 +62,10 @@ class _QueuedTurn:
     """Order of the send among this conversation's sends (for `latest`-like strategies)."""
     debounce_until: float | None = None
     """When a debounced send may run (monotonic time)."""
+    done: asyncio.Future[TurnResult] | None = None
+    """Told how the turn ended (programmatic turns wait on it)."""
+    prepare: Callable[[_QueuedTurn], None] | None = None
+    """Run when the turn reaches the front, before it starts (`save_messages`)."""
 
 
 @dataclass(slots=True)
@@ -121,6 +131,7 @@ class ConversationActor:
         self._submits = 0
         self._merge_from: int | None = None
         self._inflight: JSONDict | None = None
+        self._background: set[asyncio.Task[None]] = set()
         # Request ids already accepted, newest last: a retried request is recognised without a
         # database round trip (loaded from the turns table on activation).
         self._recent: dict[str, None] = dict.fromkeys(reversed(recent_requests or []))
@@ -473,6 +484,134 @@ class ConversationActor:
             )
         )
 
+    # The programmatic API (`durachat.agent.AgentHost`).
+
+    async def persist_messages(self, messages: list[UIMessage]) -> None:
+        """See `Agent.persist_messages`."""
+        _, change = self.transcript.persist(messages, truncate=False)
+        if change:
+            await self._write(change.apply)
+        self.agent.messages = self.transcript.messages
+        self.emit.messages(self.transcript.messages)
+
+    async def save_messages(
+        self, messages: MessagesOrUpdate, *, body: JSONDict | None
+    ) -> TurnResult:
+        """See `Agent.save_messages`."""
+        request = ChatRequest(
+            request_id=new_request_id(),
+            messages=[],
+            trigger="submit-message",
+            body=body if body is not None else self._last_body,
+            client_tools=self._last_client_tools,
+        )
+        done: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
+
+        def prepare(queued: _QueuedTurn) -> None:
+            current = self.transcript.messages
+            wanted = messages(list(current)) if callable(messages) else messages
+            _, change = self.transcript.persist(wanted, truncate=False)
+
+            async def record(tx: FencedTransaction) -> None:
+                await tx.begin_turn(
+                    request.request_id, kind="programmatic", owner=self.shard_id, request=None
+                )
+                await change.apply(tx)
+
+            queued.accepted = self._write_behind(record)
+            queued.anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
+            self.agent.messages = self.transcript.messages
+            self.emit.messages(self.transcript.messages)
+
+        resolved: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        resolved.set_result(None)
+        self._turns.put_nowait(
+            _QueuedTurn(request, "", self._generation, None, resolved, done=done, prepare=prepare)
+        )
+        return await done
+
+    async def continue_last_turn(self, *, body: JSONDict | None) -> TurnResult:
+        """See `Agent.continue_last_turn`."""
+        messages = self.transcript.messages
+        if not messages or messages[-1].get("role") != "assistant":
+            return TurnResult("", "skipped")
+        request = ChatRequest(
+            request_id=new_request_id(),
+            messages=[],
+            trigger="submit-message",
+            body=body if body is not None else self._last_body,
+            client_tools=self._last_client_tools,
+        )
+        done: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
+
+        async def record(tx: FencedTransaction) -> None:
+            await tx.begin_turn(
+                request.request_id, kind="continuation", owner=self.shard_id, request=None
+            )
+
+        self._turns.put_nowait(
+            _QueuedTurn(
+                request,
+                "",
+                self._generation,
+                None,
+                self._write_behind(record),
+                continuation=True,
+                done=done,
+            )
+        )
+        return await done
+
+    async def wait_until_stable(self, timeout: float | None) -> bool:
+        """See `Agent.wait_until_stable`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            settled = (
+                self._active is None
+                and self._turns.empty()
+                and self._continuation is None
+                and not self.has_pending_interaction()
+            )
+            if settled:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+
+    def has_pending_interaction(self) -> bool:
+        """See `Agent.has_pending_interaction`."""
+        if self._inflight is not None and pending_interaction(self._inflight.get("parts") or []):
+            return True
+        return any(
+            pending_interaction(m.get("parts") or [])
+            for m in self.transcript.messages
+            if m.get("role") == "assistant"
+        )
+
+    def abort_request(self, request_id: str) -> bool:
+        """See `Agent.abort_request`."""
+        if self._active is not None and self._active[0] == request_id:
+            self._active[1].set()
+            return True
+        return False
+
+    def abort_all_requests(self) -> None:
+        """See `Agent.abort_all_requests`."""
+        if self._active is not None:
+            self._active[1].set()
+
+    async def reset_turn_state(self) -> None:
+        """See `Agent.reset_turn_state`."""
+        self._generation += 1
+        self.abort_all_requests()
+        while not self._turns.empty():
+            await self._skip(self._turns.get_nowait())
+        if self._continuation is not None:
+            if self._continuation.timer is not None:
+                self._continuation.timer.cancel()
+            self.emit.idle(self._continuation.request_id)
+            self._continuation = None
+
     def _remember(self, request_id: str) -> None:
         self._recent[request_id] = None
         if len(self._recent) > RECENT_REQUESTS:
@@ -513,6 +652,8 @@ class ConversationActor:
             await tx.update_turn(request_id, status="skipped")
 
         self._write_behind(settle)
+        if queued.done is not None and not queued.done.done():
+            queued.done.set_result(TurnResult(request_id, "skipped"))
         self.emit.terminal(
             queued.request.request_id,
             outcome="skipped",
@@ -541,8 +682,11 @@ class ConversationActor:
                 await self._skip(queued)
                 continue
             self._idle.clear()
+            result = TurnResult(queued.request.request_id, "error", "the turn failed")
             try:
-                await self._run_turn(queued)
+                if queued.prepare is not None:
+                    queued.prepare(queued)
+                result = await self._run_turn(queued)
             except FencedError:
                 metrics.FENCED.inc()
                 log.warning("conversation %s: turn fenced off", self.conversation_id)
@@ -555,8 +699,23 @@ class ConversationActor:
                 self._inflight = None
                 self._idle.set()
                 self.last_active = time.monotonic()
+                if queued.done is not None and not queued.done.done():
+                    queued.done.set_result(result)
+            # Outside the turn: the hook may start turns of its own without waiting on itself.
+            self._spawn(self._respond(result))
 
-    async def _run_turn(self, queued: _QueuedTurn) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _respond(self, result: TurnResult) -> None:
+        try:
+            await self.agent.on_chat_response(result)
+        except Exception:
+            log.exception("on_chat_response failed for %s", result.request_id)
+
+    async def _run_turn(self, queued: _QueuedTurn) -> TurnResult:
         request = queued.request
         continuation = queued.continuation
         abort = asyncio.Event()
@@ -692,6 +851,14 @@ class ConversationActor:
             message_ids=message_ids,
             continuation=continuation,
             streamed=True,
+        )
+        status: TurnStatusName = "completed" if outcome == "running" else outcome  # type: ignore[assignment]
+        return TurnResult(
+            request.request_id,
+            status,
+            error=error_text,
+            message=copy.deepcopy(reply) if stored else None,
+            continuation=continuation,
         )
 
 

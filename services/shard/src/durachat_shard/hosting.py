@@ -162,6 +162,7 @@ class Conversations:
             last_body=last_body,
             last_client_tools=last_client_tools,
         )
+        agent.host = actor
         actor.start()
         held = _Held(key, keys, actor)
         self._held[key] = held
