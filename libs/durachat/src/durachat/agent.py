@@ -174,6 +174,11 @@ class Agent:
         """Abort the running turn and drop every queued one and any pending continuation."""
         await self._host().reset_turn_state()
 
+    def sanitize_message_for_persistence(self, message: UIMessage) -> UIMessage:
+        """Change a message before it is stored (after the built-in sanitisation); return it
+        unchanged by default. Must not mutate its argument."""
+        return message
+
     async def on_chat_response(self, result: TurnResult) -> None:
         """Called after every turn ends (any kind). Override to react; errors are logged."""
 

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 from durachat.agent import AgentRegistry
+from durachat.messages import sanitize_message
 from durachat_infra.cluster import ClusterView, LeaseHeldError, Leases
 from durachat_infra.eventlog import LogWriter
 from durachat_infra.keys import ConversationKeys, conversation_tag
@@ -145,10 +146,13 @@ class Conversations:
         if again.fresh:
             epoch = await self._claim(keys, conversation.id, again.epoch)
             stored = await self._store.load_path(conversation.id)
-        transcript = Transcript([(m.pk, m.message) for m in stored])
+        agent = agent_cls(key.name, model=self._model)
+        transcript = Transcript(
+            [(m.pk, m.message) for m in stored],
+            sanitize=lambda m: agent.sanitize_message_for_persistence(sanitize_message(m)),
+        )
         recent = await self._store.recent_request_ids(conversation.id)
         last_body, last_client_tools = await self._store.load_request_context(conversation.id)
-        agent = agent_cls(key.name, model=self._model)
         agent.messages = transcript.messages
         actor = ConversationActor(
             conversation_id=conversation.id,

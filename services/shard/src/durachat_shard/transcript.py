@@ -15,6 +15,7 @@ keeps SQL off the path to a reply's first chunk.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -87,8 +88,15 @@ class Change:
 class Transcript:
     """The messages of one branch, kept in memory; changes come back as `Change`s to apply."""
 
-    def __init__(self, nodes: list[tuple[int, UIMessage]], *, branch: str = "main") -> None:
+    def __init__(
+        self,
+        nodes: list[tuple[int, UIMessage]],
+        *,
+        branch: str = "main",
+        sanitize: Callable[[UIMessage], UIMessage] = sanitize_message,
+    ) -> None:
         self._branch = branch
+        self._sanitize = sanitize
         self._nodes = [_Node(m, _encode(m), pk) for pk, m in nodes]
 
     @property
@@ -169,7 +177,7 @@ class Transcript:
             self._append(change, [message])
             change.ops.append(_Op("leaf", node=self._leaf))
             return change
-        stored = sanitize_message(message)
+        stored = self._sanitize(message)
         node = _Node(stored, _encode(stored))
         change.ops.append(_Op("insert", parent=self._nodes[at], nodes=[node]))
         change.ops.append(_Op("reparent", node=self._nodes[at + 1], parent=node))
@@ -200,7 +208,7 @@ class Transcript:
         # plain comparison spares sanitising and encoding every message every time.
         if message == node.message:
             return
-        stored = sanitize_message(message)
+        stored = self._sanitize(message)
         encoded = _encode(stored)
         if encoded == node.encoded:
             return
@@ -208,7 +216,7 @@ class Transcript:
         change.ops.append(_Op("update", node=node))
 
     def _append(self, change: Change, messages: list[UIMessage]) -> None:
-        nodes = [_Node(s, _encode(s)) for s in (sanitize_message(m) for m in messages)]
+        nodes = [_Node(s, _encode(s)) for s in (self._sanitize(m) for m in messages)]
         change.ops.append(_Op("insert", parent=self._leaf, nodes=nodes))
         self._nodes.extend(nodes)
 
