@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durachat.agent import Agent, MessagesOrUpdate, Turn, TurnResult, TurnStatusName
-from durachat.messages import ReplyAssembler, new_assistant_id, new_request_id
+from durachat.messages import ReplyAssembler, new_assistant_id, new_request_id, repair_transcript
 from durachat.models import ModelError
 from durachat.protocol import MessageType
 from durachat.tools import (
@@ -484,6 +484,25 @@ class ConversationActor:
             )
         )
 
+    def _repair_before_turn(self, request: ChatRequest) -> None:
+        """Settle tool calls a crash or an abandoned turn left without a result, so the model
+        never sees a call without an answer; approvals and client calls still pending stay."""
+        client_names = {t.name for t in self.agent.tools if t.is_client}
+        client_names |= {
+            str(t.get("name")) for t in request.client_tools or [] if isinstance(t, dict)
+        }
+        repaired, changed = repair_transcript(
+            self.transcript.messages, client_tool_names=client_names
+        )
+        if not changed:
+            return
+        change = Change("main")
+        for index in changed:
+            change.ops.extend(self.transcript.put_reply(repaired[index], anchor=None).ops)
+        self._write_behind(change.apply)
+        self.agent.messages = self.transcript.messages
+        self.emit.messages(self.transcript.messages)
+
     # The programmatic API (`durachat.agent.AgentHost`).
 
     async def persist_messages(self, messages: list[UIMessage]) -> None:
@@ -720,6 +739,7 @@ class ConversationActor:
         continuation = queued.continuation
         abort = asyncio.Event()
         self._active = (request.request_id, abort)
+        self._repair_before_turn(request)
         turn = Turn(
             request_id=request.request_id,
             messages=list(self.transcript.messages),

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from durachat.agent import AgentRegistry
-from durachat.messages import sanitize_message
+from durachat.messages import enforce_row_size_limit, sanitize_message
 from durachat_infra.cluster import ClusterView, LeaseHeldError, Leases
 from durachat_infra.eventlog import LogWriter
 from durachat_infra.keys import ConversationKeys, conversation_tag
@@ -149,7 +149,10 @@ class Conversations:
         agent = agent_cls(key.name, model=self._model)
         transcript = Transcript(
             [(m.pk, m.message) for m in stored],
-            sanitize=lambda m: agent.sanitize_message_for_persistence(sanitize_message(m)),
+            # Built-in sanitising, the agent's own, then row-size compaction.
+            sanitize=lambda m: enforce_row_size_limit(
+                agent.sanitize_message_for_persistence(sanitize_message(m))
+            ),
         )
         recent = await self._store.recent_request_ids(conversation.id)
         last_body, last_client_tools = await self._store.load_request_context(conversation.id)
