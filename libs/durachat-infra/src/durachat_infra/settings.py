@@ -66,8 +66,9 @@ class ShardSettings(CommonSettings, ClusterTiming):
     agents: str = "durachat.demo"
     """Comma-separated import paths of modules (or `module:Class`) defining agents."""
 
-    model: str = "durachat/scripted"
-    """litellm model string the demo agent uses."""
+    model: str | None = None
+    """litellm model string every agent uses instead of its own `model` (unset: each agent's
+    own; the demo agent's is the offline scripted model)."""
 
     idle_evict_after: float = 300.0
     """Seconds an idle conversation stays in memory before it is evicted."""
