@@ -49,7 +49,10 @@ def truncate_tool_output(output: object, max_chars: int = _TOOL_OUTPUT_MAX_CHARS
       `[nested output omitted: N chars]`;
     * numbers, booleans and null are kept.
 
-    A container's budget is shared among its first 10 children (at least 80 characters each).
+    A container's budget is shared among its first 10 children: those smaller than an equal
+    share keep their size and the larger ones split the rest equally (at least 80 characters
+    each); later children get whatever room is left.
+
     The result's JSON is at most `max_chars` characters once `max_chars` leaves room for the
     markers (about 60 characters); below that the markers win.
 
@@ -60,9 +63,10 @@ def truncate_tool_output(output: object, max_chars: int = _TOOL_OUTPUT_MAX_CHARS
     Returns:
         `output` itself if it fits, otherwise a new, smaller value of the same kind.
     """
-    if _json_len(output) <= max_chars:
+    length = _json_len(output)
+    if length <= max_chars:
         return output
-    return _truncate(output, max_chars, 0)[0]
+    return _truncate(output, max_chars, 0, length)[0]
 
 
 def enforce_row_size_limit(message: UIMessage, max_bytes: int = ROW_MAX_BYTES) -> UIMessage:
@@ -128,17 +132,30 @@ def _fits(message: UIMessage, max_bytes: int) -> bool:
     return len(text) * 4 <= max_bytes or _utf8_size(text) <= max_bytes
 
 
-def _with_recorded(message: UIMessage, key: str, values: Sequence[object]) -> UIMessage:
+def _recorded(message: UIMessage, key: str) -> list[object]:
+    """Return a copy of the list `metadata[key]` (empty if there is none)."""
+    metadata = message.get("metadata")
+    existing = metadata.get(key) if isinstance(metadata, dict) else None
+    return list(existing) if isinstance(existing, list) else []
+
+
+def _with_recorded(message: UIMessage, key: str, values: Sequence[str | int]) -> UIMessage:
     """Return `message` with `values` appended to the list `metadata[key]`, without duplicates."""
+    recorded = _recorded(message, key)
+    seen = {_hashable(item) for item in recorded}
+    for value in values:
+        if _hashable(value) not in seen:
+            seen.add(_hashable(value))
+            recorded.append(value)
     metadata = message.get("metadata")
     updated: JSONDict = dict(metadata) if isinstance(metadata, dict) else {}
-    existing = updated.get(key)
-    recorded: list[object] = list(existing) if isinstance(existing, list) else []
-    for value in values:
-        if value not in recorded:
-            recorded.append(value)
     updated[key] = recorded
     return {**message, "metadata": updated}
+
+
+def _hashable(value: object) -> object:
+    # Recorded entries are strings or ints; anything else (even `true` next to `1`) is distinct.
+    return value if type(value) in (str, int) else ("other", id(value))
 
 
 def _compact_tool_outputs(message: UIMessage, parts: list[object]) -> UIMessage:
@@ -165,12 +182,15 @@ def _compact_tool_outputs(message: UIMessage, parts: list[object]) -> UIMessage:
 
 
 def _truncate_text_parts(message: UIMessage, max_bytes: int) -> UIMessage:
-    # The row is measured as the message without its parts (small) plus each part's size, so
-    # each truncation re-encodes one part and the shell instead of the whole message.
+    # The row size is tracked as the message without its parts plus each part's size, so a
+    # truncation re-encodes only the part it replaces.
     parts: list[object] = list(message["parts"])
     part_sizes = [_utf8_size(_dumps(part)) for part in parts]
-    parts_size = sum(part_sizes) + max(0, len(parts) - 1)
-    shell: UIMessage = {**message, "parts": []}
+    shell = _with_recorded({**message, "parts": []}, _COMPACTED_TEXT_PARTS, [])
+    size = _utf8_size(_dumps(shell)) + sum(part_sizes) + max(0, len(parts) - 1)
+    already = _recorded(message, _COMPACTED_TEXT_PARTS)
+    recorded = {_hashable(item) for item in already}
+    recorded_count = len(already)
     indices: list[int] = []
     for index, part in enumerate(parts):
         if not isinstance(part, dict) or part.get("type") != "text":
@@ -185,11 +205,12 @@ def _truncate_text_parts(message: UIMessage, max_bytes: int) -> UIMessage:
         replacement = {**part, "text": preview}
         parts[index] = replacement
         new_size = _utf8_size(_dumps(replacement))
-        parts_size += new_size - part_sizes[index]
-        part_sizes[index] = new_size
+        size += new_size - part_sizes[index]
         indices.append(index)
-        recorded_shell = _with_recorded(shell, _COMPACTED_TEXT_PARTS, indices)
-        if _utf8_size(_dumps(recorded_shell)) + parts_size <= max_bytes:
+        if index not in recorded:  # the index joins `metadata.compactedTextParts`
+            size += len(str(index)) + (1 if recorded_count else 0)
+            recorded_count += 1
+        if size <= max_bytes:
             break
     if not indices:
         return message
@@ -199,22 +220,28 @@ def _truncate_text_parts(message: UIMessage, max_bytes: int) -> UIMessage:
 # --- tool output truncation -------------------------------------------------------------------
 
 
-def _truncate(value: object, budget: int, depth: int) -> tuple[object, int]:
-    """Return `value` shrunk to about `budget` characters of JSON, and the result's length."""
+def _truncate(
+    value: object, budget: int, depth: int, length: int | None = None
+) -> tuple[object, int]:
+    """Return `value` shrunk to about `budget` characters of JSON, and the result's length.
+
+    `length` is `value`'s JSON length when the caller already knows it.
+    """
     if isinstance(value, str):
-        return _truncate_string(value, budget)
+        return _truncate_string(value, budget, length)
     if isinstance(value, dict | list | tuple) and depth >= _MAX_DEPTH:
-        marker = f"[nested output omitted: {_json_len(value)} chars]"
+        marker = f"[nested output omitted: {_json_len(value) if length is None else length} chars]"
         return marker, _json_len(marker)
     if isinstance(value, dict):
-        return _truncate_object(value, budget, depth)
+        return _truncate_object(value, budget, depth, length)
     if isinstance(value, list | tuple):
         return _truncate_array(value, budget, depth)
     return value, _json_len(value)
 
 
-def _truncate_string(value: str, budget: int) -> tuple[object, int]:
-    length = _json_len(value)
+def _truncate_string(value: str, budget: int, length: int | None = None) -> tuple[object, int]:
+    if length is None:
+        length = _json_len(value)
     if length <= budget:
         return value, length
     suffix = f"... [truncated {len(value)} chars]"
@@ -230,25 +257,42 @@ def _truncate_string(value: str, budget: int) -> tuple[object, int]:
     return suffix, len(suffix) + 2
 
 
-def _child_budget(budget: int, overhead: int, shares: int) -> int:
-    return max(_MIN_CHILD_CHARS, (budget - overhead) // shares)
+def _shared_budgets(sizes: list[int], room: int) -> list[int]:
+    """Split `room` between children of JSON lengths `sizes`: the smaller keep their size, the
+    larger share the rest equally (at least `_MIN_CHILD_CHARS` each)."""
+    cap = max(_MIN_CHILD_CHARS, _common_cap(sorted(sizes), room))
+    return [min(size, cap) for size in sizes]
+
+
+def _common_cap(sizes: list[int], room: int) -> int:
+    """Return the largest cap such that `sizes` (ascending), each cut to it, fit in `room`."""
+    for index, size in enumerate(sizes):
+        left = len(sizes) - index
+        if size * left > room:
+            return max(0, room // left)
+        room -= size
+    return sizes[-1] if sizes else 0
 
 
 def _truncate_array(items: Sequence[object], budget: int, depth: int) -> tuple[object, int]:
     count = len(items)
-    shares = min(count, _MAX_SHARES) or 1
-    overhead = 2 + shares - 1
-    if count > shares:
-        overhead += 1 + _json_len(_omitted_items(count, count))
-    child_budget = _child_budget(budget, overhead, shares)
+    shares = min(count, _MAX_SHARES)
+    reserve = 1 + _json_len(_omitted_items(count, count)) if count > shares else 0
+    planned = [_json_len(item) for item in items[:shares]]
+    budgets = _shared_budgets(planned, budget - 2 - (shares - 1) - reserve)
 
     kept: list[object] = []
     sizes: list[int] = []
     size = 2
     changed = False
-    for item in items:
-        shrunk, item_size = _truncate(item, child_budget, depth + 1)
-        size += item_size + (1 if kept else 0)
+    for index, item in enumerate(items):
+        comma = 1 if index else 0
+        if index < shares:
+            shrunk, item_size = _truncate(item, budgets[index], depth + 1, planned[index])
+        else:
+            room = max(_MIN_CHILD_CHARS, budget - size - comma - reserve)
+            shrunk, item_size = _truncate(item, room, depth + 1)
+        size += comma + item_size
         kept.append(shrunk)
         sizes.append(item_size)
         changed = changed or shrunk is not item
@@ -273,33 +317,62 @@ def _omitted_items(dropped: int, count: int) -> str:
     return f"[{dropped} of {count} items omitted]"
 
 
-def _truncate_object(value: JSONDict, budget: int, depth: int) -> tuple[object, int]:
+def _truncate_object(
+    value: JSONDict, budget: int, depth: int, length: int | None
+) -> tuple[object, int]:
     entries = list(value.items())
     count = len(entries)
-    shares = min(count, _MAX_SHARES) or 1
-    overhead = 2 + shares - 1 + sum(_key_len(key) + 1 for key, _ in entries[:shares])
-    if count > shares:
-        overhead += _json_len({_TRUNCATED_FLAG: True, _TRUNCATED_CHARS: 10**12}) - 1
-    child_budget = _child_budget(budget, overhead, shares)
+    shares = min(count, _MAX_SHARES)
+    reserve = _json_len({_TRUNCATED_FLAG: True, _TRUNCATED_CHARS: 10**12}) - 1
+    reserve = reserve if count > shares else 0
+    key_sizes = [_key_len(key) + 1 for key, _ in entries[:shares]]  # `"key":`
+    planned = [_json_len(item) for _, item in entries[:shares]]
+    budgets = _shared_budgets(planned, budget - 2 - (shares - 1) - sum(key_sizes) - reserve)
 
     kept: JSONDict = {}
     sizes: list[int] = []
     size = 2
     changed = False
-    for key, item in entries:
-        shrunk, item_size = _truncate(item, child_budget, depth + 1)
-        entry_size = _key_len(key) + 1 + item_size
-        size += entry_size + (1 if kept else 0)
+    for index, (key, item) in enumerate(entries):
+        comma = 1 if index else 0
+        if index < shares:
+            key_size = key_sizes[index]
+            shrunk, item_size = _truncate(item, budgets[index], depth + 1, planned[index])
+        else:
+            key_size = _key_len(key) + 1
+            room = max(_MIN_CHILD_CHARS, budget - size - comma - key_size - reserve)
+            shrunk, item_size = _truncate(item, room, depth + 1)
+        size += comma + key_size + item_size
         kept[key] = shrunk
-        sizes.append(entry_size)
+        sizes.append(key_size + item_size)
         changed = changed or shrunk is not item
-        if size > budget:
+        if size > budget and index + 1 >= shares:
             break
-    if len(kept) == count and size <= budget:
-        return (kept if changed else value), size
+    if len(kept) == count:
+        if size <= budget:
+            return (kept if changed else value), size
+        # Every key is there: cut the longest strings down to a common length before giving
+        # up keys.
+        strings = [position for position, (_, item) in enumerate(entries) if isinstance(item, str)]
+        value_sizes = {position: _json_len(kept[entries[position][0]]) for position in strings}
+        cap = _common_cap(sorted(value_sizes.values()), budget - size + sum(value_sizes.values()))
+        for position in strings:
+            key, item = entries[position]
+            if value_sizes[position] <= cap:
+                continue
+            shrunk, item_size = _truncate_string(item, cap)
+            if item_size < value_sizes[position]:
+                kept[key] = shrunk
+                size += item_size - value_sizes[position]
+                sizes[position] += item_size - value_sizes[position]
+        if size <= budget:
+            return kept, size
 
     # Drop trailing keys until the rest and the truncation flags fit (or nothing is left).
-    flags = {_TRUNCATED_FLAG: True, _TRUNCATED_CHARS: _json_len(value)}
+    flags = {
+        _TRUNCATED_FLAG: True,
+        _TRUNCATED_CHARS: _json_len(value) if length is None else length,
+    }
     flags_size = _json_len(flags) - 2
     while True:
         with_flags = size + (1 if kept else 0) + flags_size
