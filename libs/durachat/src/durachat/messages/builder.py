@@ -445,3 +445,14 @@ _HANDLERS: Final[dict[str, _Handler]] = {
     "step-start": _start_step,
     "reset-step": _reset_step,
 }
+
+
+def tool_part_name(part: UIPart) -> str | None:
+    """The tool name of a `tool-<name>` or `dynamic-tool` part (None for other parts)."""
+    part_type = part.get("type")
+    if part_type == "dynamic-tool":
+        name = part.get("toolName")
+        return name if isinstance(name, str) else None
+    if isinstance(part_type, str) and part_type.startswith("tool-"):
+        return part_type.removeprefix("tool-")
+    return None

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Final
 
-from durachat.messages.builder import TERMINAL_TOOL_STATES, normalize_tool_input
+from durachat.messages.builder import TERMINAL_TOOL_STATES, normalize_tool_input, tool_part_name
 from durachat.types import UIMessage, UIPart
 
 INTERRUPTED_TOOL_ERROR: Final = "The tool call was interrupted before a result was recorded."
@@ -117,14 +117,4 @@ def _awaits_interaction(part: UIPart, client_tool_names: AbstractSet[str]) -> bo
     state = part.get("state")
     if state in _APPROVAL_STATES:
         return True
-    return state == "input-available" and _tool_name(part) in client_tool_names
-
-
-def _tool_name(part: UIPart) -> str | None:
-    part_type = part.get("type")
-    if part_type == "dynamic-tool":
-        name = part.get("toolName")
-        return name if isinstance(name, str) else None
-    if isinstance(part_type, str) and part_type.startswith("tool-"):
-        return part_type.removeprefix("tool-")
-    return None
+    return state == "input-available" and tool_part_name(part) in client_tool_names

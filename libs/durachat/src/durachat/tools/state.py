@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from durachat.messages.builder import tool_part_name
 from durachat.types import JSONDict, UIPart
 
 __all__ = [
@@ -95,17 +96,6 @@ def apply_tool_approval(
         "state": "approval-responded" if approved else "output-denied",
         "approval": approval,
     }
-
-
-def tool_part_name(part: UIPart) -> str | None:
-    """Return the tool name of a `tool-<name>` or `dynamic-tool` part (None for other parts)."""
-    part_type = part.get("type")
-    if part_type == "dynamic-tool":
-        name = part.get("toolName")
-        return name if isinstance(name, str) else None
-    if isinstance(part_type, str) and part_type.startswith("tool-"):
-        return part_type.removeprefix("tool-")
-    return None
 
 
 def approved_tool_parts(parts: Iterable[object]) -> list[UIPart]:
