@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from durachat_infra.store import ConversationKey, FencedError, Store, migrate
 from durachat_shard.transcript import Change, Transcript
@@ -137,3 +138,28 @@ async def test_a_former_owner_is_fenced_and_nothing_applies(store: Store) -> Non
         await _reply(old, msg("a1", "assistant", "zombie"), anchor="u1")
     await _reply(new, msg("a2", "assistant", "owner"), anchor="u1")
     assert await _reloaded(store) == ["u1", "a2"]
+
+
+async def test_trim_keeps_the_newest_and_deletes_the_rest(store: Store) -> None:
+    t = await _transcript(store)
+    await _persist(t, [msg("u1", "user", "one")], truncate=True)
+    await _reply(t, msg("a1", "assistant", "r1"), anchor="u1")
+    # A regenerated reply leaves the first one off the path, in the tree.
+    await _persist(t, [msg("u1", "user", "one")], truncate=True)
+    await _reply(t, msg("a1b", "assistant", "r1 again"), anchor="u1")
+    await _persist(
+        t,
+        [msg("u1", "user", "one"), msg("a1b", "assistant", "r1 again"), msg("u2", "user", "two")],
+        truncate=True,
+    )
+    await _reply(t, msg("a2", "assistant", "r2"), anchor="u2")
+    await t.apply(t.t.trim(2))
+    assert await _reloaded(store) == ["u2", "a2"]
+    conversation = await store.find_conversation(ConversationKey("default", "a", "c"))
+    assert conversation is not None
+    stored = await store.load_path(conversation.id)
+    assert stored[0].parent_pk is None
+    # Nothing else is left in the tree.
+    async with store.engine.connect() as conn:
+        count = await conn.execute(text("SELECT COUNT(*) FROM messages"))
+        assert count.scalar_one() == 2

@@ -113,6 +113,9 @@ class Agent:
     max_steps: int = 5
     """The most model calls one reply may make (each tool round trip is one more)."""
 
+    max_persisted_messages: int | None = None
+    """Keep at most this many messages (the newest); older ones are deleted. None: all."""
+
     message_concurrency: str | Mapping[str, Any] = "queue"
     """What a send does while a turn is running: `queue`, `latest`, `merge`, `drop`, or
     `{"strategy": "debounce", "debounce_ms": 750}`."""

@@ -484,6 +484,11 @@ class ConversationActor:
             )
         )
 
+    def _trim(self) -> Change:
+        """Cut the transcript down to the agent's `max_persisted_messages`, if it has one."""
+        limit = self.agent.max_persisted_messages
+        return self.transcript.trim(limit) if limit else Change("main")
+
     def _repair_before_turn(self, request: ChatRequest) -> None:
         """Settle tool calls a crash or an abandoned turn left without a result, so the model
         never sees a call without an answer; approvals and client calls still pending stay."""
@@ -836,10 +841,13 @@ class ConversationActor:
         stored = assembler.has_parts and not cleared
         change = self.transcript.put_reply(reply, anchor=queued.anchor) if stored else None
 
+        trimmed = self._trim()
+
         async def settle(tx: FencedTransaction) -> None:
             # One transaction stores the reply and settles the turn.
             if change is not None:
                 await change.apply(tx)
+            await trimmed.apply(tx)
             await tx.update_turn(
                 request.request_id, status=outcome, message_id=str(reply["id"]), error=error_text
             )

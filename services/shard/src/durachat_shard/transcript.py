@@ -39,7 +39,7 @@ class _Node:
 
 @dataclass(slots=True)
 class _Op:
-    kind: Literal["update", "insert", "leaf", "reparent", "clear"]
+    kind: Literal["update", "insert", "leaf", "reparent", "clear", "prune"]
     node: _Node | None = None
     parent: _Node | None = None
     nodes: list[_Node] = field(default_factory=list)
@@ -81,6 +81,8 @@ class Change:
             elif op.kind == "reparent":
                 assert op.node is not None
                 await tx.reparent(_pk(op.node) or 0, _pk(op.parent))
+            elif op.kind == "prune":
+                await tx.delete_unreachable()
             else:
                 await tx.clear()
 
@@ -191,6 +193,17 @@ class Transcript:
         del self._nodes[len(self._nodes) - count :]
         self._append(change, [message])
         change.ops.append(_Op("leaf", node=self._leaf))
+        return change
+
+    def trim(self, keep: int) -> Change:
+        """Keep only the newest `keep` messages of the path; older ones are deleted (with
+        anything only they lead to)."""
+        change = Change(self._branch)
+        if keep <= 0 or len(self._nodes) <= keep:
+            return change
+        del self._nodes[: len(self._nodes) - keep]
+        change.ops.append(_Op("reparent", node=self._nodes[0], parent=None))
+        change.ops.append(_Op("prune"))
         return change
 
     def clear(self) -> Change:
