@@ -1,12 +1,15 @@
 // Compatibility driver: runs one chat scenario against a durachat cluster with the REAL client
 // stack that `useAgentChat` (agents/chat/react) is built from, minus React:
 //
-//   * `AgentClient` (agents/client), a PartySocket, given `ws` as its WebSocket implementation;
+//   * `AgentClient` (agents/client), a PartySocket, given `ws` as its WebSocket implementation
+//     (set to deliver one message per task, like a browser: see BrowserLikeWebSocket);
 //   * `WebSocketChatTransport` (agents/chat/transport), constructed like useAgentChat does;
 //   * the AI SDK chat state machine, `AbstractChat` (ai), over an in-memory `ChatState` shaped
 //     like @ai-sdk/react's ReactChatState;
 //   * the hook's own glue (initial `get-messages` fetch, the shared `onAgentMessage` frame handler,
-//     resume on mount and on every close→open, `stop`, `clearHistory`), ported from
+//     resume on mount and on every close→open, `stop`, `clearHistory`, and the tool plumbing:
+//     `onToolCall` + `addToolOutput`, `addToolApprovalResponse`, `autoContinueAfterToolResult`
+//     (default true), the tool continuation via `expectToolContinuation()` + resume), ported from
 //     node_modules/agents/dist/chat/react.js line by line where it matters for these scenarios;
 //     it uses the protocol constants `MessageType` from @cloudflare/ai-chat/types and the hook's
 //     cross-tab observer state machine (`broadcastTransition`, agents/chat).
@@ -25,6 +28,21 @@ import { AgentClient } from "agents/client";
 import { WebSocketChatTransport } from "agents/chat/transport";
 import { STREAM_RESUME_NONE_REASONS, broadcastTransition as transition } from "agents/chat";
 import WebSocket from "ws";
+
+/**
+ * `ws` with a browser's event delivery. By default a `ws` client emits every message of one TCP read
+ * synchronously, back to back; a browser dispatches each WebSocket message as its own task, so the
+ * promise jobs the previous frame started (the AI SDK applies stream chunks in microtasks) finish
+ * before the next frame's handler runs. `allowSynchronousEvents: false` defers each further message
+ * to its own macrotask, as a browser does; without it the driver invents races a browser cannot
+ * have (e.g. the hook's `cf_agent_chat_messages` handler running before the AI SDK applied the chunks
+ * that preceded it on the wire).
+ */
+class BrowserLikeWebSocket extends WebSocket {
+  constructor(address, protocols, options) {
+    super(address, protocols, { ...options, allowSynchronousEvents: false });
+  }
+}
 
 const SCENARIO_BUDGET_MS = 30_000;
 const SLOW_DELTAS = Array.from({ length: 50 }, (_, i) => `s${String(i).padStart(2, "0")} `);
@@ -75,7 +93,7 @@ function renderFrame({ t, tab, conn, dir, frame }) {
   }
   if (f.message && typeof f.message === "object") f.message = renderMessage(f.message);
   if (f.type === "cf_agent_mcp_servers") f.mcp = "…";
-  return `${t}ms ${tab}#${conn} ${dir === "in" ? "<-" : "->"} ${JSON.stringify(f)}`;
+  return `${t}ms ${tab}#${conn} ${dir === "in" ? "<-" : dir === "close" ? "xx" : "->"} ${JSON.stringify(f)}`;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -339,7 +357,7 @@ class Tab {
       name: this.name,
       host: url.host,
       protocol: url.protocol === "https:" ? "wss" : "ws",
-      WebSocket,
+      WebSocket: BrowserLikeWebSocket,
       // Reconnect quickly so a dropped socket comes back while the slow stream still runs.
       minReconnectionDelay: this.reconnectDelayMs,
       maxReconnectionDelay: this.reconnectDelayMs * 4,
@@ -352,8 +370,10 @@ class Tab {
       this.opens++;
       this.conn++;
     });
-    agent.addEventListener("close", () => {
+    agent.addEventListener("close", (event) => {
       this.closes++;
+      // Evidence: who closed the socket, and how.
+      frameLog.push({ t: Date.now() - T0, tab: this.label, conn: this.conn, dir: "close", frame: { close: event?.code, reason: event?.reason || undefined } });
     });
     agent.addEventListener("message", (event) => {
       if (typeof event.data === "string") {
@@ -495,6 +515,12 @@ class Tab {
   onChatChange(what) {
     if (what === "messages") {
       const msgs = this.chat.messages;
+      // Evidence: every change of the message id list, with the time (frame log clock).
+      const ids = msgs.map((m) => `${m.role[0]}:${m.id}`).join(" ");
+      if (ids !== this.lastIdList) {
+        this.lastIdList = ids;
+        (this.idTimeline ??= []).push(`${Date.now() - T0}ms [${ids}]`);
+      }
       this.peakMessageCount = Math.max(this.peakMessageCount ?? 0, msgs.length);
       this.peakAssistantCount = Math.max(this.peakAssistantCount ?? 0, msgs.filter((m) => m.role === "assistant").length);
     }
@@ -1138,6 +1164,7 @@ class Tab {
       ...(this.peakMessageCount !== undefined ? { peakMessages: this.peakMessageCount, peakAssistants: this.peakAssistantCount } : {}),
       isServerStreaming: this.isServerStreaming,
       isToolContinuation: this.isToolContinuation,
+      ...(this.idTimeline ? { idTimeline: this.idTimeline } : {}),
       opens: this.opens,
       closes: this.closes,
       errors: this.errors,
@@ -1367,6 +1394,7 @@ function answerGetLocation({ toolCall, addToolOutput }) {
 async function waitForContinuation(tab, what, timeoutMs = 15_000) {
   await until(
     () =>
+      noUnexpectedClose(tab) &&
       frameLog.some(
         (e) =>
           e.tab === tab.label &&
@@ -1383,10 +1411,22 @@ async function waitForContinuation(tab, what, timeoutMs = 15_000) {
     timeoutMs,
     what,
   ).catch((error) => {
-    throw Object.assign(error, { details: { tab: tab.snapshot(), resumingToolContinuation: tab.resumingToolContinuation } });
+    error.details ??= { tab: tab.snapshot(), resumingToolContinuation: tab.resumingToolContinuation };
+    throw error;
   });
   // Let late AI SDK writes and the server's final broadcasts land before judging the final state.
   await sleep(400);
+}
+
+/** Tool scenarios never drop a socket: a close is the server's doing, and fails the scenario. */
+function noUnexpectedClose(tab) {
+  const close = frameLog.find((e) => e.tab === tab.label && e.dir === "close");
+  check(
+    !close,
+    `${tab.label}'s socket was closed by the server mid-scenario (code ${close?.frame.close}${close?.frame.reason ? `, ${JSON.stringify(close.frame.reason)}` : ""}) at ${close?.t}ms; the client then lost the rest of the continuation`,
+    { close: close && renderFrame(close), tab: tab.snapshot() },
+  );
+  return true;
 }
 
 /** The first turn's chunks, as `tab` received them. */
@@ -1718,6 +1758,150 @@ const scenarios = {
     );
     check(b.observedChunks > 0, "tab B never received the live chunk frames of tab A's turn");
     check(b.status === "ready", `tab B status is ${b.status}`);
+  },
+
+  async "server-tool"({ urls, agent, name }, observed) {
+    const a = await mounted(urls[0], agent, name, { onToolCall: answerGetLocation });
+    await withTimeout(a.send("tool:Paris"), 10_000, "sendMessage(tool:Paris) to finish");
+    await sleep(300);
+    observed.tab = a.snapshot();
+    noUnexpectedClose(a);
+    check(a.status === "ready" && !a.chat.error, `status is ${a.status}`, { error: a.chat.error?.message, errors: a.errors });
+    const req = sentRequests(a.label)[0];
+    const serverId = requireServerStart(a.label, req.id);
+    const chunks = chunksOf(a.label, req.id);
+    observed.chunks = chunks.map((c) => c.type);
+    const call = chunks.find((c) => c.type === "tool-input-available");
+    check(call?.toolName === "getWeather" && deepEqual(call.input, { city: "Paris" }), "the turn did not call getWeather({city: \"Paris\"})", { chunks: observed.chunks, call });
+    const out = chunks.find((c) => c.type === "tool-output-available" && c.toolCallId === call.toolCallId);
+    check(out && deepEqual(out.output, WEATHER_PARIS), "the turn did not carry getWeather's output", { out });
+    check(a.onToolCallInvocations.length === 0, "onToolCall ran for the server tool getWeather", { calls: a.onToolCallInvocations });
+    const toolFrames = frameLog.filter((e) => e.dir === "out" && [MessageType.CF_AGENT_TOOL_RESULT, MessageType.CF_AGENT_TOOL_APPROVAL].includes(e.frame.type));
+    check(toolFrames.length === 0, "the client sent tool frames for a server tool", { frames: toolFrames.map(renderFrame) });
+    const expected = {
+      userText: "tool:Paris",
+      toolType: "tool-getWeather",
+      state: "output-available",
+      input: { city: "Paris" },
+      output: WEATHER_PARIS,
+      text: `tool result: ${JSON.stringify(WEATHER_PARIS)}`,
+    };
+    checkToolTurn(a.messages, { who: "the client", ...expected });
+    check(a.messages[1].id === serverId, `client assistant id ${a.messages[1].id} is not the stream's ${serverId}`);
+    const history = await settledGet(urls[0], agent, name, (h) => h.length === 2 && textOf(h[1]) === expected.text, "the finished tool turn");
+    observed.get = summary(history);
+    checkToolTurn(history, { who: "get-messages", ...expected });
+    check(sameTranscript(history, a.messages), "get-messages differs from the client state", { client: summary(a.messages), get: summary(history) });
+  },
+
+  async "client-tool"({ urls, agent, name }, observed) {
+    const a = await mounted(urls[0], agent, name, { onToolCall: answerGetLocation });
+    const { serverId, toolCallId } = await clientToolRoundTrip(a, observed);
+    observed.tab = a.snapshot();
+    observed.wire = checkToolRoundTripWire(a.label, {
+      frameType: MessageType.CF_AGENT_TOOL_RESULT,
+      toolCallId,
+      updatedState: "output-available",
+      updatedOutput: LOCATION,
+    });
+    const sent = frameLog.find((e) => e.dir === "out" && e.frame.type === MessageType.CF_AGENT_TOOL_RESULT).frame;
+    check(sent.toolName === "getLocation" && deepEqual(sent.output, LOCATION), "the tool result frame does not carry getLocation's output", { sent });
+    check(a.status === "ready" && !a.chat.error, `status is ${a.status}`, { error: a.chat.error?.message, errors: a.errors });
+    // PROTOCOL §14: the client may briefly show a second assistant message; the final state may not.
+    observed.peakMessages = a.peakMessageCount;
+    const expected = {
+      userText: "client-tool:",
+      toolType: "tool-getLocation",
+      state: "output-available",
+      input: {},
+      output: LOCATION,
+      text: CLIENT_TOOL_TEXT,
+    };
+    checkToolTurn(a.messages, { who: "the client", ...expected });
+    check(a.messages[1].id === serverId, `the assistant id ${a.messages[1].id} is not the first turn's ${serverId}: the continuation did not land in the same message`);
+    const history = await settledGet(urls[0], agent, name, (h) => h.length === 2 && textOf(h[1]) === CLIENT_TOOL_TEXT, "the finished client-tool turn");
+    observed.get = summary(history);
+    checkToolTurn(history, { who: "get-messages", ...expected });
+    check(sameTranscript(history, a.messages), "get-messages differs from the client state", { client: summary(a.messages), get: summary(history) });
+  },
+
+  async approve(ctx, observed) {
+    await approvalScenario(ctx, observed, true);
+  },
+
+  async reject(ctx, observed) {
+    await approvalScenario(ctx, observed, false);
+  },
+
+  async "tool-two-tabs"({ urls, agent, name }, observed) {
+    const a = await mounted(urls[0], agent, name, { label: "tabA", onToolCall: answerGetLocation });
+    // Tab B only watches (no onToolCall): the tool call is tab A's to answer.
+    const b = await mounted(urls.at(-1), agent, name, { label: "tabB" });
+    let bPeak = 0;
+    const watch = setInterval(() => {
+      bPeak = Math.max(bPeak, b.messages.length);
+    }, 5);
+    try {
+      const { serverId, toolCallId } = await clientToolRoundTrip(a, observed);
+      const expected = {
+        userText: "client-tool:",
+        toolType: "tool-getLocation",
+        state: "output-available",
+        input: {},
+        output: LOCATION,
+        text: CLIENT_TOOL_TEXT,
+      };
+      observed.tabA = a.snapshot();
+      observed.wireA = checkToolRoundTripWire(a.label, {
+        frameType: MessageType.CF_AGENT_TOOL_RESULT,
+        toolCallId,
+        updatedState: "output-available",
+        updatedOutput: LOCATION,
+      });
+      checkToolTurn(a.messages, { who: "tab A", ...expected });
+      check(a.messages[1].id === serverId, `tab A's assistant id ${a.messages[1].id} is not the first turn's ${serverId}`);
+      const converged = await until(
+        () => sameTranscript(b.messages, a.messages) && b.status === "ready" && !b.isServerStreaming,
+        5000,
+        "tab B to show tab A's final messages",
+      ).catch((error) => error);
+      await sleep(300);
+      observed.tabA = a.snapshot();
+      observed.tabB = b.snapshot();
+      observed.tabBPeakMessages = bPeak;
+      noUnexpectedClose(b);
+      if (converged instanceof Error) throw Object.assign(converged, { details: { a: summary(a.messages), b: summary(b.messages) } });
+      checkToolTurn(b.messages, { who: "tab B", ...expected });
+      check(sameTranscript(b.messages, a.messages), "tab B diverged from tab A after settling", { a: summary(a.messages), b: summary(b.messages) });
+      check(b.status === "ready" && !b.isServerStreaming, `tab B is ${b.status} (isServerStreaming ${b.isServerStreaming})`);
+      // Tab B observed the round trip: the first turn live, the tool result, the continuation live.
+      const firstReq = sentRequests(a.label)[0];
+      check(responseFrames(b.label, firstReq.id).some((e) => parsedChunk(e.frame)?.type === "tool-input-available"), "tab B never received the first turn's tool call chunks");
+      const bUpdates = frameLog.filter(
+        (e) =>
+          e.tab === b.label &&
+          e.dir === "in" &&
+          e.frame.type === MessageType.CF_AGENT_MESSAGE_UPDATED &&
+          e.frame.message?.parts?.some((p) => p.toolCallId === toolCallId && p.state === "output-available"),
+      );
+      check(bUpdates.length >= 1, "tab B never received the cf_agent_message_updated with tab A's tool result");
+      const contFrames = responseFrames(b.label, observed.wireA.continuationId);
+      observed.tabBContinuationFrames = contFrames.length;
+      check(contFrames.some((e) => parsedChunk(e.frame)?.type === "text-delta"), "tab B never received the continuation's chunks live");
+      check(contFrames.every((e) => e.frame.continuation === true), "continuation frames reached tab B without continuation:true", {
+        frames: contFrames.filter((e) => e.frame.continuation !== true).slice(0, 5).map(renderFrame),
+      });
+      const bToolFrames = frameLog.filter(
+        (e) => e.tab === b.label && e.dir === "out" && [MessageType.CF_AGENT_TOOL_RESULT, MessageType.CF_AGENT_TOOL_APPROVAL].includes(e.frame.type),
+      );
+      check(bToolFrames.length === 0, "tab B sent tool frames");
+      const history = await settledGet(urls[0], agent, name, (h) => h.length === 2 && textOf(h[1]) === CLIENT_TOOL_TEXT, "the finished client-tool turn");
+      observed.get = summary(history);
+      checkToolTurn(history, { who: "get-messages", ...expected });
+      check(sameTranscript(history, a.messages), "get-messages differs from the clients' state", { client: summary(a.messages), get: summary(history) });
+    } finally {
+      clearInterval(watch);
+    }
   },
 };
 

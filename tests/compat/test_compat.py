@@ -25,8 +25,25 @@ AGENT = "chat-agent"
 DRIVER_TIMEOUT = 45.0
 """Seconds one driver run may take; the driver gives itself 30 s per scenario."""
 
-SCENARIOS = ["chat", "resume-drop", "resume-reload", "cancel", "clear", "regenerate", "two-tabs"]
-TWO_GATEWAYS = {"resume-reload", "clear", "two-tabs"}
+SCENARIOS = [
+    "chat",
+    "resume-drop",
+    "resume-reload",
+    "cancel",
+    "clear",
+    "regenerate",
+    "two-tabs",
+    # Tools (PROTOCOL §3.6-3.8, §4.7, §8.3-8.4, §13, §14): a server tool in one turn; a client
+    # tool answered by onToolCall + addToolOutput, then the server's continuation; a needsApproval
+    # tool approved / rejected through addToolApprovalResponse; a second tab watching a client-tool
+    # round trip.
+    "server-tool",
+    "client-tool",
+    "approve",
+    "reject",
+    "tool-two-tabs",
+]
+TWO_GATEWAYS = {"resume-reload", "clear", "two-tabs", "tool-two-tabs"}
 """Scenarios whose second client connects through the second gateway."""
 
 pytestmark = [

@@ -153,7 +153,12 @@ class Channel:
             raise
         last = entry_id_key(entries[-1].id) if entries else entry_id_key(state.start)
         ended = False
+        transcript: LogEntry | None = None
         for entry in entries:
+            if entry.kind is Kind.FRAME and is_for(entry.target, conn.id):
+                if '"cf_agent_chat_messages"' in entry.frame:
+                    transcript = entry
+                continue
             if entry.request != request_id or not is_for(entry.target, conn.id):
                 continue
             if entry.kind is Kind.CHUNK:
@@ -172,6 +177,10 @@ class Channel:
                     **tail,
                 }
             )
+            if transcript is not None:
+                # The stream ended while this connection waited to ACK, so it missed the
+                # transcript sent at the end; it gets the latest one now.
+                conn.send(transcript.frame)
         else:
             conn.send_json(
                 {
@@ -194,7 +203,8 @@ class Channel:
 
 def _already_replayed(conn: ClientConnection, entry: LogEntry) -> bool:
     """Whether `entry` went to `conn` in its last replay (so must not go again live)."""
-    assert conn.replayed is not None
+    if conn.replayed is None:
+        return False
     request_id, last = conn.replayed
     if entry.request != request_id or entry.kind not in (Kind.CHUNK, Kind.TERMINAL):
         return False
