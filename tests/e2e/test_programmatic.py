@@ -50,3 +50,21 @@ async def test_continue_last_turn_appends_to_the_last_reply(
     texts = [p["text"] for p in history[1]["parts"] if p["type"] == "text"]
     assert "".join(texts).count("echo: more") == 2
     await a.close()
+
+
+async def test_wait_until_stable_and_persist_messages(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    a = await WsClient.connect(cluster.urls[0], AGENT, conversation)
+    request = chat_request([user_message("stable?")])
+    await a.send(request)
+    await a.wait_done(request["id"])
+    update = await a.wait_for(
+        lambda f: (
+            f.get("type") == "cf_agent_chat_messages" and f["messages"][-1].get("role") == "system"
+        )
+    )
+    assert update["messages"][-1]["parts"][0]["text"] == "stable=True pending=False"
+    history = await get_messages(cluster.urls[0], AGENT, conversation)
+    assert [m["role"] for m in history] == ["user", "assistant", "system"]
+    await a.close()

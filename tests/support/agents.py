@@ -49,6 +49,15 @@ class ProgrammaticAgent(ChatAgent):
             await self.save_messages(lambda messages: [*messages, follow_up])
         elif text == "more":
             await self.continue_last_turn()
+        elif text == "stable?":
+            stable = await self.wait_until_stable(timeout=5)
+            pending = self.has_pending_interaction()
+            note = {
+                "id": f"note-{result.request_id}",
+                "role": "system",
+                "parts": [{"type": "text", "text": f"stable={stable} pending={pending}"}],
+            }
+            await self.persist_messages([*self.messages, note])
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:

@@ -165,3 +165,30 @@ async def test_a_denied_call_makes_the_model_say_so() -> None:
         )
     )
     assert "".join(c["delta"] for c in chunks if c["type"] == "text-delta") == "tool denied"
+
+
+async def test_an_approved_client_tool_waits_for_the_client() -> None:
+    client_tool = tool("getWeather", description="in the browser", input=City, needs_approval=True)
+    assistant = {
+        "id": "a1",
+        "role": "assistant",
+        "parts": [
+            {
+                "type": "tool-getWeather",
+                "toolCallId": "c1",
+                "state": "approval-responded",
+                "input": {"city": "Oslo"},
+                "approval": {"id": "ap1", "approved": True},
+            },
+        ],
+    }
+    chunks = await _collect(
+        stream_steps(
+            "durachat/scripted",
+            [_user("tool:Oslo"), assistant],
+            ToolSet([client_tool]),
+            continuation=True,
+        )
+    )
+    # No unavailable-tool error, no model step: the client answers first.
+    assert chunks == []

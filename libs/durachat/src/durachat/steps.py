@@ -68,14 +68,24 @@ async def stream_steps(
     if continuation and history and history[-1].get("role") == "assistant":
         reply = StreamAccumulator(continuation=True, seed=copy.deepcopy(history[-1]))
         history = history[:-1]
+        awaiting_client = False
         for part in approved_tool_parts(reply.parts):
+            name = tool_part_name(part)
+            tool = tools.get(name or "")
+            if tool is not None and tool.is_client:
+                # An approved client tool runs in the browser: its result comes back as a tool
+                # result, and the model goes on only then.
+                awaiting_client = True
+                continue
             call = {
                 "toolCallId": part.get("toolCallId"),
-                "toolName": tool_part_name(part),
+                "toolName": name,
                 "input": part.get("input"),
             }
             async for chunk in _execute(call, tools, reply, abort, ledger):
                 yield chunk
+        if awaiting_client:
+            return
     specs = tools.for_model() or None
     finish: UIChunk | None = None
     for _ in range(max_steps):
