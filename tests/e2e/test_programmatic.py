@@ -68,3 +68,17 @@ async def test_wait_until_stable_and_persist_messages(
     history = await get_messages(cluster.urls[0], AGENT, conversation)
     assert [m["role"] for m in history] == ["user", "assistant", "system"]
     await a.close()
+
+
+async def test_abort_request_ends_the_running_turn(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    a = await WsClient.connect(cluster.urls[0], AGENT, conversation)
+    request = chat_request([user_message("abort-self slow")])
+    await a.send(request)
+    done = await a.wait_done(request["id"])
+    assert done["outcome"] == "aborted"
+    assert a.text(request["id"]).startswith("s00 ") and len(a.text(request["id"])) < 40
+    history = await get_messages(cluster.urls[0], AGENT, conversation)
+    assert [m["role"] for m in history] == ["user", "assistant"]
+    await a.close()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
-from durachat import TurnResult
+from durachat import Turn, TurnResult
 from durachat.demo import ChatAgent
+from durachat.types import UIChunk
 
 
 class LatestAgent(ChatAgent):
@@ -34,7 +36,16 @@ class DebounceAgent(ChatAgent):
 
 class ProgrammaticAgent(ChatAgent):
     """Uses the programmatic API after its turns: `schedule:<text>` makes it save a new user
-    message `<text>` and run a turn on it; `more` makes it continue its last reply."""
+    message `<text>` and run a turn on it; `more` makes it continue its last reply; a slow reply
+    asked with `abort-self` aborts itself after a few chunks."""
+
+    async def on_chat_message(self, turn: Turn) -> AsyncIterator[UIChunk]:
+        count = 0
+        async for chunk in self.stream_model(turn):
+            yield chunk
+            count += 1
+            if count == 5 and _last_user_text(turn.messages) == "abort-self slow":
+                self.abort_request(turn.request_id)
 
     async def on_chat_response(self, result: TurnResult) -> None:
         if result.status != "completed" or result.continuation:
