@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from durachat.agent import Agent, MessagesOrUpdate, Turn, TurnResult, TurnStatusName
 from durachat.messages import ReplyAssembler, new_assistant_id, new_request_id, repair_transcript
@@ -832,7 +832,7 @@ class ConversationActor:
             self.emit.error(
                 request.request_id,
                 error_text,
-                message_ids=message_ids or [],
+                message_ids=message_ids,
                 continuation=continuation,
             )
         metrics.TURNS.labels(outcome).inc()
@@ -863,7 +863,7 @@ class ConversationActor:
                 self.emit.error(
                     request.request_id,
                     GENERIC_ERROR,
-                    message_ids=request.user_message_ids,
+                    message_ids=message_ids,
                     continuation=False,
                 )
         if stored:
@@ -880,7 +880,8 @@ class ConversationActor:
             continuation=continuation,
             streamed=True,
         )
-        status: TurnStatusName = "completed" if outcome == "running" else outcome  # type: ignore[assignment]
+        # A turn ends completed, aborted or error, all of which are `TurnResult` statuses.
+        status = cast(TurnStatusName, outcome)
         return TurnResult(
             request.request_id,
             status,

@@ -92,7 +92,7 @@ class Emitter:
         self._writer.append(self.keys, Kind.CHUNK, _dumps(frame), request=request_id)
 
     def error(
-        self, request_id: str, text: str, *, message_ids: list[str], continuation: bool
+        self, request_id: str, text: str, *, message_ids: list[str] | None, continuation: bool
     ) -> None:
         """The error frame of a failed request (before its terminal frame)."""
         frame: dict[str, Any] = {
@@ -101,8 +101,9 @@ class Emitter:
             "error": True,
             "id": request_id,
             "type": MessageType.USE_CHAT_RESPONSE.value,
-            "messageIds": message_ids,
         }
+        if message_ids is not None:
+            frame["messageIds"] = message_ids
         if continuation:
             frame["continuation"] = True
         self._writer.append(self.keys, Kind.CHUNK, _dumps(frame), request=request_id)
