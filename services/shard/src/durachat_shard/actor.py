@@ -864,7 +864,7 @@ class ConversationActor:
                     request.request_id,
                     GENERIC_ERROR,
                     message_ids=message_ids,
-                    continuation=False,
+                    continuation=continuation,
                 )
         if stored:
             self.agent.messages = self.transcript.messages
