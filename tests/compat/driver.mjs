@@ -333,10 +333,19 @@ function collapseHydratedReplayTextParts(message) {
 let tabCounter = 0;
 
 class Tab {
-  constructor(baseUrl, agentName, name, { label, reconnectDelayMs = 300, onToolCall, autoContinueAfterToolResult = true } = {}) {
-    // useAgentChat options: onToolCall (client tools) and autoContinueAfterToolResult (default true).
+  constructor(
+    baseUrl,
+    agentName,
+    name,
+    { label, reconnectDelayMs = 300, onToolCall, autoContinueAfterToolResult = true, onData, onMessages } = {},
+  ) {
+    // useAgentChat options: onToolCall (client tools), autoContinueAfterToolResult (default true)
+    // and onData (passed to useChat, and called by the hook for observed data-* chunks).
     this.onToolCall = onToolCall;
     this.autoContinueAfterToolResult = autoContinueAfterToolResult;
+    this.onData = onData;
+    // Evidence: called with the chat's messages after every change of them (what a render shows).
+    this.onMessages = onMessages;
     this.baseUrl = baseUrl;
     this.agentName = agentName;
     this.name = name;
@@ -475,6 +484,7 @@ class Tab {
       messages: initialMessages,
       transport: this.transport,
       onError: (error) => this.errors.push(`chat onError: ${error.message}`),
+      ...(this.onData ? { onData: this.onData } : {}),
       onChange: (what) => this.onChatChange(what),
     });
     // useEffect: seed hydrated messages (a no-op here, the Chat was built with them).
@@ -523,6 +533,7 @@ class Tab {
       }
       this.peakMessageCount = Math.max(this.peakMessageCount ?? 0, msgs.length);
       this.peakAssistantCount = Math.max(this.peakAssistantCount ?? 0, msgs.filter((m) => m.role === "assistant").length);
+      this.onMessages?.(msgs, this);
     }
     if (what === "status") {
       // The hook's effects on [status], after render, in declaration order:
@@ -877,6 +888,8 @@ class Tab {
               this.pendingReplayResumeRequestIds.delete(data.id);
               this.resetMatchingHydratedAssistantForReplay(chunkData.messageId);
             }
+            // The hook hands observed data-* chunks (transient ones included) to onData.
+            if (typeof chunkData.type === "string" && chunkData.type.startsWith("data-") && !appliedReplay && this.onData) this.onData(chunkData);
           } catch (error) {
             this.errors.push(`unparsable chunk body: ${String(data.body).slice(0, 100)}`);
           }
@@ -1525,6 +1538,466 @@ async function approvalScenario({ urls, agent, name }, observed, approved) {
   check(sameTranscript(history, a.messages), "get-messages differs from the client state", { client: summary(a.messages), get: summary(history) });
 }
 
+// ---------------------------------------------------------------------------------------------
+// Preliminary tool results, data parts, messageConcurrency (PROTOCOL §5, §6.1, §8.1, §3.2, §3.3)
+
+/** Fails if `predicate` stops holding at any point during the next `ms` (a late regression). */
+async function holds(predicate, ms, what) {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    check(predicate(), `${what} stopped holding within ${ms} ms`);
+    await sleep(10);
+  }
+}
+
+/**
+ * A `Tab` option that records every distinct `view(messages)` a tab showed (its renders), with
+ * the time, the AI SDK status and whether the hook was observing a server stream.
+ */
+function viewRecorder(view) {
+  const log = [];
+  let last;
+  const onMessages = (messages, tab) => {
+    const value = view(messages);
+    const key = JSON.stringify(value);
+    if (key === last) return;
+    last = key;
+    // `seq`: how many frames were logged when this render happened (orders renders and frames).
+    log.push({ t: Date.now() - T0, seq: frameLog.length, status: tab.chat?.status, serverStreaming: tab.isServerStreaming, view: value });
+  };
+  return { log, onMessages };
+}
+
+/** Whether `tab` is done with all work: ready, no observed stream, no resume in flight. */
+function idle(tab) {
+  return tab.status === "ready" && !tab.isServerStreaming && tab.resumeOperation === null && !tab.chat.error;
+}
+
+/** No error reached `tab`: no chat error, no hook/driver error, never status "error", no error frame. */
+function noClientError(tab) {
+  const errorFrames = frameLog.filter((e) => e.tab === tab.label && e.dir === "in" && e.frame.error);
+  check(errorFrames.length === 0, `${tab.label} received ${errorFrames.length} error frames`, { frames: errorFrames.map(renderFrame) });
+  check(!tab.chat.error, `${tab.label}'s chat is in error: ${tab.chat.error?.message}`);
+  check(tab.errors.length === 0, `${tab.label} recorded errors`, { errors: tab.errors });
+  const hist = tab.chat.memoryState.statusHistory;
+  check(!hist.includes("error"), `${tab.label}'s status went to "error"`, { hist });
+}
+
+const LIVE_PRELIMINARY = ["finding weather stations", "reading 3 stations", "averaging"].map((status, i) => ({ city: "Paris", status, step: i + 1 }));
+const LIVE_FINAL = { city: "Paris", status: "done", temperature: 21, condition: "sunny" };
+
+/** The getWeather part of the last assistant (state, preliminary, output) and that message's text. */
+function liveToolView(messages) {
+  const assistant = assistantOf(messages).at(-1);
+  const part = assistant?.parts.find((p) => p.type === "tool-getWeather");
+  return {
+    id: assistant?.id,
+    tool: part ? { state: part.state, preliminary: part.preliminary, output: part.output } : null,
+    text: textOf(assistant),
+  };
+}
+
+/** Whether a tool view is the finished getWeather: output-available, final output, no preliminary flag. */
+function isFinalLiveTool(tool) {
+  return tool?.state === "output-available" && tool.preliminary !== true && deepEqual(tool.output, LIVE_FINAL);
+}
+
+/**
+ * What one tab showed of the streaming tool (views recorded by `viewRecorder(liveToolView)`): every
+ * preliminary value, in order, flagged preliminary while the turn still ran (`during(entry)`), never
+ * a preliminary value without the flag; the final output at the end.
+ */
+function checkLiveToolViews(who, log, during, { requireAll = true } = {}) {
+  const shown = log.filter((e) => e.view.tool?.state === "output-available");
+  const unflagged = shown.filter((e) => LIVE_PRELIMINARY.some((p) => deepEqual(p, e.view.tool.output)) && e.view.tool.preliminary !== true);
+  check(unflagged.length === 0, `${who} showed a preliminary result without preliminary: true`, { views: unflagged });
+  const preliminary = shown.filter((e) => e.view.tool.preliminary === true && during(e));
+  const seen = [];
+  for (const e of preliminary) {
+    const i = LIVE_PRELIMINARY.findIndex((p) => deepEqual(p, e.view.tool.output));
+    if (i >= 0 && !seen.includes(i)) seen.push(i);
+  }
+  const inOrder = seen.every((v, k) => k === 0 || v > seen[k - 1]);
+  check(
+    seen.length > 0 && inOrder && (!requireAll || seen.length === LIVE_PRELIMINARY.length),
+    `${who} did not show the preliminary results ${requireAll ? "all " : ""}in order while the turn ran (seen: ${JSON.stringify(seen)})`,
+    { views: log },
+  );
+  const earlyText = preliminary.filter((e) => e.view.text);
+  check(earlyText.length === 0, `${who} showed the model's answer before the tool's final output`, { views: earlyText });
+  return { preliminaryShown: seen.length, firstPreliminaryAt: preliminary[0]?.t };
+}
+
+/** The persisted / hydrated form of the finished turn: [user, assistant] with the final tool output. */
+function checkLiveTranscript(who, messages) {
+  check(messages.length === 2 && messages[0].role === "user" && textOf(messages[0]) === "tool:Paris", `${who} does not hold the user's tool:Paris + one assistant`, {
+    messages: summary(messages),
+  });
+  const view = liveToolView(messages);
+  check(isFinalLiveTool(view.tool), `${who}: the getWeather part is ${JSON.stringify(view.tool)}, expected output-available with the final output and no preliminary flag`);
+  const part = messages[1].parts.find((p) => p.type === "tool-getWeather");
+  check(part.preliminary === undefined || part.preliminary === false, `${who}: the finished getWeather part still carries preliminary: ${JSON.stringify(part.preliminary)}`);
+  const prefix = "tool result: ";
+  check(view.text.startsWith(prefix) && deepEqual(JSON.parse(view.text.slice(prefix.length)), LIVE_FINAL), `${who}: the answer is ${JSON.stringify(view.text)}, expected the model's reading of the final output`);
+  check(messages[1].parts.filter((p) => p.type === "tool-getWeather").length === 1, `${who}: more than one getWeather part`, { parts: messages[1].parts.map((p) => p.type) });
+}
+
+/** The data parts (type, id, data) and text parts of a message, in order: what data-parts compares. */
+function dataPartsOf(message) {
+  return (message?.parts ?? [])
+    .filter((p) => p.type === "text" || p.type.startsWith("data-"))
+    .map((p) => (p.type === "text" ? { type: "text", text: p.text } : { type: p.type, ...(p.id !== undefined ? { id: p.id } : {}), data: p.data }));
+}
+
+const DATA_FINAL = [
+  { type: "data-progress", id: "job", data: { done: 3, total: 3 } },
+  { type: "data-note", id: "job", data: { text: "same id, another type" } },
+  { type: "text", text: "Report done." },
+  { type: "data-source", data: { title: "A" } },
+  { type: "data-source", data: { title: "B" } },
+];
+/** The data chunks of the reply, in stream order: what `onData` must receive. */
+const DATA_CHUNKS = [
+  { type: "data-status", data: { text: "working" }, transient: true },
+  { type: "data-progress", id: "job", data: { done: 1, total: 3 } },
+  { type: "data-progress", id: "job", data: { done: 2, total: 3 } },
+  { type: "data-note", id: "job", data: { text: "same id, another type" } },
+  { type: "data-progress", id: "job", data: { done: 3, total: 3 } },
+  { type: "data-status", data: { text: "finishing" }, transient: true },
+  { type: "data-source", data: { title: "A" } },
+  { type: "data-source", data: { title: "B" } },
+];
+
+function dataView(messages) {
+  const assistant = assistantOf(messages).at(-1);
+  return { id: assistant?.id, parts: dataPartsOf(assistant), transientParts: (assistant?.parts ?? []).filter((p) => p.type === "data-status").length };
+}
+
+/**
+ * What one tab showed of the data reply: the progress part replaced in place (one part, first
+ * position, data 1 → 2 → 3), never a transient part, and the final parts.
+ */
+function checkDataViews(who, log) {
+  const progress = [];
+  for (const e of log) {
+    check(e.view.transientParts === 0, `${who} showed a transient data-status part in the message (transient parts are onData-only)`, { view: e.view });
+    const parts = e.view.parts.filter((p) => p.type === "data-progress");
+    check(parts.length <= 1, `${who} showed ${parts.length} data-progress parts: a chunk with the same type and id was appended instead of replacing the part`, { view: e.view });
+    if (parts.length === 1) {
+      check(e.view.parts[0].type === "data-progress", `${who} moved the data-progress part away from its first position`, { view: e.view });
+      const done = parts[0].data.done;
+      if (progress.at(-1) !== done) progress.push(done);
+    }
+  }
+  check(deepEqual(progress, [1, 2, 3]), `${who} showed data-progress ${JSON.stringify(progress)}, expected it replaced in place 1 → 2 → 3`, { views: log });
+  return progress;
+}
+
+function checkDataChunksReceived(who, received) {
+  check(deepEqual(received, DATA_CHUNKS), `${who}'s onData received ${received.length} data chunks, expected every data chunk (transient ones included) in order`, {
+    received,
+    expected: DATA_CHUNKS,
+  });
+}
+
+// --- messageConcurrency ---
+
+/** The request frames `tab` sent, once it has sent `count` of them. */
+async function requestsSent(tab, count) {
+  return until(() => {
+    const sent = sentRequests(tab.label);
+    return sent.length >= count ? sent : null;
+  }, 5000, `${tab.label} to send request ${count}`);
+}
+
+function doneFrame(tab, requestId) {
+  return responseFrames(tab.label, requestId).find((e) => e.frame.done === true);
+}
+
+/** The user message a request added: the last message of its body. */
+function userOf(request) {
+  return request.body.messages.at(-1);
+}
+
+/** ids, roles and texts: what the concurrency scenarios compare. */
+function shape(messages) {
+  return messages.map((m) => ({ id: m.id, role: m.role, text: textOf(m) }));
+}
+
+/**
+ * `latest`, `debounce`, `merge`: a slow reply streams; the tab sends "two", then "three". The
+ * running turn is not aborted (PROTOCOL §8.1); "two" is superseded by "three" (skipped: a bare
+ * done frame, no chunks); the last turn answers. With `merge` the two queued user messages become
+ * one (the text of both, the id of the last), on the server and — the merged transcript is
+ * broadcast to every connection — in the client.
+ */
+async function supersedeScenario({ urls, agent, name }, observed, strategy) {
+  const ids = viewRecorder((messages) => shape(messages).map((m) => `${m.role[0]}:${m.id}`).join(" "));
+  const a = await mounted(urls[0], agent, name, { onMessages: ids.onMessages });
+  const p1 = a.send("slow one").catch((e) => a.errors.push(`send 1: ${e.message}`));
+  const r1 = await waitForDeltas(a, 3);
+  const p2 = a.send("two").catch((e) => a.errors.push(`send 2: ${e.message}`));
+  const r2 = (await requestsSent(a, 2))[1];
+  const p3 = a.send("three").catch((e) => a.errors.push(`send 3: ${e.message}`));
+  const r3 = (await requestsSent(a, 3))[2];
+  const u1 = userOf(r1);
+  const u2 = userOf(r2);
+  const u3 = userOf(r3);
+  const merged = strategy === "merge";
+  const answer = merged ? "echo: two\n\nthree" : "echo: three";
+  observed.strategy = strategy;
+  observed.sentWhileStreaming = countDeltas(a.label, r1.id);
+  await withTimeout(Promise.all([p1, p2, p3]), 20_000, "the three sendMessage calls to settle");
+  await until(() => idle(a) && doneFrame(a, r3.id) && textOf(assistantOf(a.messages).at(-1)) === answer, 5000, `the client to settle on ${JSON.stringify(answer)}`).catch(
+    (error) => {
+      throw Object.assign(error, { details: { tab: a.snapshot() } });
+    },
+  );
+  observed.tab = a.snapshot();
+  observed.idTimeline = ids.log.map((e) => `${e.t}ms ${e.view}`);
+  noClientError(a);
+  // The wire: turn 1 ran to completion, turn 2 was skipped, turn 3 answered.
+  const skipped = doneFrame(a, r2.id);
+  observed.skippedDone = skipped?.frame;
+  check(skipped, `the superseded request "two" never got a done frame`);
+  check(chunksOf(a.label, r2.id).length === 0, `the superseded request "two" streamed chunks`, { chunks: chunksOf(a.label, r2.id) });
+  if (skipped.frame.outcome !== "skipped") observed.deviation = `the superseded request's done frame has outcome ${JSON.stringify(skipped.frame.outcome)}`;
+  const a1 = requireServerStart(a.label, r1.id);
+  const a3 = requireServerStart(a.label, r3.id);
+  const wire1 = chunksOf(a.label, r1.id).filter((c) => c.type === "text-delta").map((c) => c.delta).join("");
+  check(wire1 === SLOW_TEXT, "the running turn did not complete (messageConcurrency never aborts it)", { wire1 });
+  check(doneFrame(a, r1.id)?.frame.outcome === undefined, `the running turn ended with outcome ${JSON.stringify(doneFrame(a, r1.id)?.frame.outcome)}`);
+  const history = await settledGet(urls[0], agent, name, (h) => h.length === (merged ? 4 : 5) && textOf(h.at(-1)) === answer, "the finished transcript");
+  observed.get = shape(history);
+  const expected = merged
+    ? [
+        { id: u1.id, role: "user", text: "slow one" },
+        { id: a1, role: "assistant", text: SLOW_TEXT },
+        { id: u3.id, role: "user", text: "two\n\nthree" },
+        { id: a3, role: "assistant", text: answer },
+      ]
+    : [
+        { id: u1.id, role: "user", text: "slow one" },
+        { id: a1, role: "assistant", text: SLOW_TEXT },
+        { id: u2.id, role: "user", text: "two" },
+        { id: u3.id, role: "user", text: "three" },
+        { id: a3, role: "assistant", text: answer },
+      ];
+  check(deepEqual(shape(history), expected), "get-messages does not hold the expected transcript", { get: shape(history), expected });
+  check(
+    deepEqual(shape(a.messages), expected),
+    merged
+      ? "the client does not show the merged transcript (the reference persists the merged messages with no connection excluded, so the sender's tab receives them too)"
+      : "the client's transcript differs from the expected one",
+    { client: shape(a.messages), expected },
+  );
+  await holds(() => deepEqual(shape(a.messages), expected) && idle(a), 300, "the client's final transcript");
+}
+
+/**
+ * `drop`: a slow reply streams; the tab sends "too soon". The server refuses it before storing it:
+ * the sender gets the rollback `cf_agent_chat_messages` (the server transcript with the reply in
+ * progress) and a bare done frame. The client drops the message and the first reply completes.
+ */
+async function dropScenario({ urls, agent, name }, observed) {
+  const ids = viewRecorder((messages) => shape(messages).map((m) => `${m.role[0]}:${m.id}`).join(" "));
+  const a = await mounted(urls[0], agent, name, { onMessages: ids.onMessages });
+  const p1 = a.send("slow one").catch((e) => a.errors.push(`send 1: ${e.message}`));
+  const r1 = await waitForDeltas(a, 3);
+  const p2 = a.send("too soon").catch((e) => a.errors.push(`send 2: ${e.message}`));
+  const r2 = (await requestsSent(a, 2))[1];
+  const u1 = userOf(r1);
+  const u2 = userOf(r2);
+  await withTimeout(p2, 5000, "the dropped sendMessage to settle");
+  const sentAt = frameLog.findIndex((e) => e.tab === a.label && e.dir === "out" && e.frame.id === r2.id);
+  const done = doneFrame(a, r2.id);
+  check(done, "the dropped request never got a done frame");
+  const rollback = frameLog.find(
+    (e, i) => i > sentAt && i < logIndex(done) && e.tab === a.label && e.dir === "in" && e.frame.type === MessageType.CF_AGENT_CHAT_MESSAGES,
+  );
+  observed.rollback = rollback && renderFrame(rollback);
+  observed.droppedDone = done.frame;
+  check(rollback, "the sender got no rollback cf_agent_chat_messages before the dropped request's done frame (PROTOCOL §3.1 step 3)");
+  check(!rollback.frame.messages.some((m) => m.id === u2.id), "the rollback transcript holds the dropped message");
+  check(rollback.frame.messages[0]?.id === u1.id, "the rollback transcript does not start with the first user message", { messages: shape(rollback.frame.messages) });
+  check(chunksOf(a.label, r2.id).length === 0, "the dropped request streamed chunks");
+  if (done.frame.outcome !== "skipped") observed.deviation = `the dropped request's done frame has outcome ${JSON.stringify(done.frame.outcome)}`;
+  // Right after the rollback, while the first reply still streams, the message is gone.
+  const duringStream = !doneFrame(a, r1.id);
+  observed.rollbackWhileStreaming = duringStream;
+  check(!a.chat.messages.some((m) => m.id === u2.id), "after the rollback the client still shows the dropped message", { client: shape(a.chat.messages) });
+  await withTimeout(p1, 15_000, "the first sendMessage to settle");
+  await until(() => idle(a) && textOf(assistantOf(a.messages).at(-1)) === SLOW_TEXT, 5000, "the first reply to complete in the client").catch((error) => {
+    throw Object.assign(error, { details: { tab: a.snapshot() } });
+  });
+  observed.tab = a.snapshot();
+  observed.idTimeline = ids.log.map((e) => `${e.t}ms ${e.view}`);
+  noClientError(a);
+  const a1 = requireServerStart(a.label, r1.id);
+  const expected = [
+    { id: u1.id, role: "user", text: "slow one" },
+    { id: a1, role: "assistant", text: SLOW_TEXT },
+  ];
+  check(deepEqual(shape(a.messages), expected), "the client does not end with just the first turn", { client: shape(a.messages), expected });
+  check(!ids.log.some((e) => e.seq > logIndex(rollback) && e.view.includes(u2.id)), "the dropped message came back after the rollback", { idTimeline: observed.idTimeline });
+  const history = await settledGet(urls[0], agent, name, (h) => h.length === 2 && textOf(h[1]) === SLOW_TEXT, "the first turn alone");
+  observed.get = shape(history);
+  check(deepEqual(shape(history), expected), "get-messages does not hold just the first turn", { get: shape(history), expected });
+  await holds(() => deepEqual(shape(a.messages), expected) && idle(a), 300, "the client's final transcript");
+}
+
+/**
+ * A server tool that is an async generator (compat-live-tool-agent's getWeather): each yield is a
+ * `tool-output-available` with `preliminary: true`, the last one is then final. Three tabs: the
+ * sender (AbstractChat's own stream), an observer connected before the send (the hook's observer
+ * accumulator), and a tab that loads mid-stream (get-messages + resume replay); then a fresh
+ * client after the turn (get-messages only).
+ */
+async function preliminaryScenario({ urls, agent, name }, observed) {
+  const viewsA = viewRecorder(liveToolView);
+  const viewsB = viewRecorder(liveToolView);
+  const viewsC = viewRecorder(liveToolView);
+  const b = await mounted(urls.at(-1), agent, name, { label: "observer", onMessages: viewsB.onMessages });
+  const a = await mounted(urls[0], agent, name, { label: "sender", onMessages: viewsA.onMessages });
+  const sending = a.send("tool:Paris").catch((e) => a.errors.push(`send: ${e.message}`));
+  await until(() => viewsA.log.some((e) => e.view.tool?.preliminary === true), 8000, "the sender to show a preliminary tool result").catch((error) => {
+    throw Object.assign(error, { details: { views: viewsA.log } });
+  });
+  // A reload while the tool still streams: a new client, hydrated from get-messages, resuming.
+  const c = newTab(urls.at(-1), agent, name, { label: "reload", onMessages: viewsC.onMessages });
+  c.connect();
+  await c.waitOpen();
+  await c.mount();
+  await withTimeout(sending, 15_000, "sendMessage(tool:Paris) to finish");
+  const settled = (tab, views) => idle(tab) && isFinalLiveTool(views.log.at(-1)?.view.tool) && views.log.at(-1).view.text.startsWith("tool result: ");
+  await until(() => settled(a, viewsA) && settled(b, viewsB) && settled(c, viewsC), 8000, "all three tabs to show the finished tool turn").catch((error) => {
+    throw Object.assign(error, { details: { sender: viewsA.log.at(-1), observer: viewsB.log.at(-1), reload: viewsC.log.at(-1) } });
+  });
+  observed.sender = a.snapshot();
+  observed.observer = b.snapshot();
+  observed.reload = c.snapshot();
+  observed.views = { sender: viewsA.log, observer: viewsB.log, reload: viewsC.log };
+  for (const tab of [a, b, c]) {
+    noClientError(tab);
+    noUnexpectedClose(tab);
+  }
+  // The wire: every yield as a preliminary output, in order, then the final output.
+  const req = sentRequests(a.label)[0];
+  const serverId = requireServerStart(a.label, req.id);
+  const chunks = chunksOf(a.label, req.id);
+  const call = chunks.find((c) => c.type === "tool-input-available");
+  check(call?.toolName === "getWeather" && deepEqual(call.input, { city: "Paris" }), "the turn did not call getWeather({city: \"Paris\"})", { chunks: chunks.map((c) => c.type) });
+  const outputs = chunks.filter((c) => c.type === "tool-output-available" && c.toolCallId === call.toolCallId);
+  observed.wireOutputs = outputs.map((c) => ({ output: c.output, preliminary: c.preliminary }));
+  const last = outputs.at(-1);
+  const preliminary = outputs.slice(0, -1);
+  check(
+    last && last.preliminary !== true && deepEqual(last.output, LIVE_FINAL),
+    "the last tool-output-available is not the final output (no preliminary flag, the last yield)",
+    { outputs: observed.wireOutputs },
+  );
+  check(
+    preliminary.every((c) => c.preliminary === true) &&
+      deepEqual(preliminary.slice(0, LIVE_PRELIMINARY.length).map((c) => c.output), LIVE_PRELIMINARY) &&
+      preliminary.slice(LIVE_PRELIMINARY.length).every((c) => deepEqual(c.output, LIVE_FINAL)),
+    "the yields did not stream as preliminary: true outputs, in order, before the final one",
+    { outputs: observed.wireOutputs },
+  );
+  const finalIndex = chunks.indexOf(last);
+  check(
+    !chunks.slice(0, finalIndex).some((c) => c.type === "text-delta"),
+    "the model's answer streamed before the tool's final output",
+    { chunks: chunks.map((c) => c.type) },
+  );
+  // What each tab showed while the turn ran, and at the end.
+  const turnDone = doneFrame(a, req.id);
+  observed.sender.live = checkLiveToolViews("the sender", viewsA.log, (e) => e.status === "streaming");
+  observed.observer.live = checkLiveToolViews("the observer tab", viewsB.log, (e) => e.seq <= logIndex(turnDone));
+  const resumed = frameLog.some((e) => e.tab === c.label && e.dir === "in" && e.frame.type === MessageType.CF_AGENT_STREAM_RESUMING);
+  check(resumed, "the tab loaded mid-stream was not offered the running stream (cf_agent_stream_resuming)");
+  observed.reload.initialMessages = summary(c.initialMessages);
+  observed.reload.live = checkLiveToolViews("the tab loaded mid-stream", viewsC.log, () => true, { requireAll: false });
+  // The observer's accumulator keeps `preliminary` when the final chunk has none (agents
+  // applyChunkToParts); the server's transcript broadcast then replaces the message.
+  observed.observer.showedFinalAsPreliminary = viewsB.log.some((e) => deepEqual(e.view.tool?.output, LIVE_FINAL) && e.view.tool.preliminary === true);
+  for (const [who, tab] of [
+    ["the sender", a],
+    ["the observer tab", b],
+    ["the tab loaded mid-stream", c],
+  ]) {
+    checkLiveTranscript(who, tab.messages);
+    check(tab.messages[1].id === serverId, `${who}'s assistant id ${tab.messages[1].id} is not the stream's ${serverId}`);
+  }
+  const history = await settledGet(urls[0], agent, name, (h) => h.length === 2 && textOf(h[1]).startsWith("tool result: "), "the finished tool turn");
+  observed.get = summary(history);
+  checkLiveTranscript("get-messages", history);
+  check(sameTranscript(history, a.messages), "get-messages differs from the sender's state", { client: summary(a.messages), get: summary(history) });
+  // A fresh client after the turn.
+  const d = await mounted(urls[0], agent, name, { label: "fresh" });
+  checkLiveTranscript("a fresh client", d.messages);
+  check(sameTranscript(d.messages, a.messages), "a fresh client differs from the sender's state", { fresh: summary(d.messages), client: summary(a.messages) });
+  for (const tab of [a, b, c]) await holds(() => isFinalLiveTool(liveToolView(tab.messages).tool) && idle(tab), 300, `${tab.label}'s final tool part`);
+}
+
+/**
+ * Custom data parts (compat-data-agent): `data-progress` updated in place by type + id, a
+ * `data-note` with the same id but another type, `data-source` parts without an id (appended),
+ * transient `data-status` parts (onData only). The sender (AbstractChat's stream, useChat's
+ * onData), an observer tab on the other gateway (the hook's accumulator, the hook's onData), then
+ * get-messages and a fresh client.
+ */
+async function dataPartsScenario({ urls, agent, name }, observed) {
+  const viewsA = viewRecorder(dataView);
+  const viewsB = viewRecorder(dataView);
+  const dataA = [];
+  const dataB = [];
+  const b = await mounted(urls.at(-1), agent, name, { label: "observer", onMessages: viewsB.onMessages, onData: (part) => dataB.push(part) });
+  const a = await mounted(urls[0], agent, name, { label: "sender", onMessages: viewsA.onMessages, onData: (part) => dataA.push(part) });
+  await withTimeout(a.send("report"), 10_000, "sendMessage(report) to finish");
+  const req = sentRequests(a.label)[0];
+  const serverId = requireServerStart(a.label, req.id);
+  await until(() => idle(a) && idle(b) && deepEqual(dataView(b.messages).parts, DATA_FINAL) && dataB.length >= DATA_CHUNKS.length, 5000, "the observer tab to show the finished reply").catch(
+    (error) => {
+      throw Object.assign(error, { details: { sender: dataView(a.messages), observer: dataView(b.messages), dataB } });
+    },
+  );
+  observed.sender = a.snapshot();
+  observed.observer = b.snapshot();
+  observed.views = { sender: viewsA.log, observer: viewsB.log };
+  observed.onData = { sender: dataA, observer: dataB };
+  for (const tab of [a, b]) {
+    noClientError(tab);
+    noUnexpectedClose(tab);
+  }
+  // The wire carries the chunks as the agent wrote them.
+  const wire = chunksOf(a.label, req.id).filter((c) => c.type.startsWith("data-"));
+  check(deepEqual(wire, DATA_CHUNKS), "the data chunks on the wire differ from what the agent wrote", { wire, expected: DATA_CHUNKS });
+  checkDataChunksReceived("the sender", dataA);
+  checkDataChunksReceived("the observer tab", dataB);
+  observed.sender.progress = checkDataViews("the sender", viewsA.log);
+  observed.observer.progress = checkDataViews("the observer tab", viewsB.log);
+  for (const [who, tab] of [
+    ["the sender", a],
+    ["the observer tab", b],
+  ]) {
+    const messages = tab.messages;
+    check(messages.length === 2 && messages[1].id === serverId, `${who} does not hold user + the assistant ${serverId}`, { messages: summary(messages) });
+    check(deepEqual(dataPartsOf(messages[1]), DATA_FINAL), `${who}'s final data parts differ from the expected ones`, { parts: dataPartsOf(messages[1]), expected: DATA_FINAL });
+  }
+  const history = await settledGet(urls[0], agent, name, (h) => h.length === 2 && textOf(h[1]) === "Report done.", "the finished data reply");
+  observed.get = history;
+  check(history[1].id === serverId, `the persisted assistant id ${history[1].id} is not the stream's ${serverId}`);
+  check(deepEqual(dataPartsOf(history[1]), DATA_FINAL), "get-messages holds other data parts than expected", { parts: dataPartsOf(history[1]), expected: DATA_FINAL });
+  const stored = history[1].parts.filter((p) => p.type === "data-status" || "transient" in p);
+  check(stored.length === 0, "get-messages holds transient data parts", { stored });
+  const fresh = await mounted(urls.at(-1), agent, name, { label: "fresh" });
+  check(deepEqual(dataPartsOf(fresh.messages.at(-1)), DATA_FINAL) && fresh.messages.length === 2, "a fresh client shows other data parts than expected", {
+    messages: fresh.messages,
+  });
+  check(!fresh.messages.some((m) => m.parts.some((p) => p.type === "data-status")), "a fresh client shows a transient data part");
+  for (const tab of [a, b]) await holds(() => deepEqual(dataPartsOf(tab.messages[1]), DATA_FINAL) && idle(tab), 300, `${tab.label}'s final data parts`);
+}
+
 const scenarios = {
   async chat({ urls, agent, name }, observed) {
     const a = await mounted(urls[0], agent, name);
@@ -1903,6 +2376,43 @@ const scenarios = {
       clearInterval(watch);
     }
   },
+
+  // Preliminary tool results (PROTOCOL §5.1, §5.2, §6.1): compat-live-tool-agent.
+  async preliminary(ctx, observed) {
+    await preliminaryScenario(ctx, observed);
+  },
+
+  // Custom data parts (PROTOCOL §5.1, §6.1): compat-data-agent.
+  async "data-parts"(ctx, observed) {
+    await dataPartsScenario(ctx, observed);
+  },
+
+  // messageConcurrency (PROTOCOL §8.1, §3.1 step 3): latest-agent, merge-agent, debounce-agent, drop-agent.
+  async "concurrency-latest"(ctx, observed) {
+    await supersedeScenario(ctx, observed, "latest");
+  },
+
+  async "concurrency-merge"(ctx, observed) {
+    await supersedeScenario(ctx, observed, "merge");
+  },
+
+  async "concurrency-debounce"(ctx, observed) {
+    await supersedeScenario(ctx, observed, "debounce");
+  },
+
+  async "concurrency-drop"(ctx, observed) {
+    await dropScenario(ctx, observed);
+  },
+};
+
+/** The agent a scenario talks to when none is given: the demo agent, or the test agent it needs. */
+const SCENARIO_AGENTS = {
+  preliminary: "compat-live-tool-agent",
+  "data-parts": "compat-data-agent",
+  "concurrency-latest": "latest-agent",
+  "concurrency-merge": "merge-agent",
+  "concurrency-debounce": "debounce-agent",
+  "concurrency-drop": "drop-agent",
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1929,7 +2439,7 @@ async function main() {
     return;
   }
   const urls = baseArg.split(",").map((u) => u.trim().replace(/\/$/, "")).filter(Boolean);
-  const agent = agentArg || "chat-agent";
+  const agent = agentArg || SCENARIO_AGENTS[scenario] || "chat-agent";
   const name = nameArg || `compat-${scenario}-${randomUUID().slice(0, 8)}`;
   Object.assign(out, { urls, agent, name });
   const observed = {};

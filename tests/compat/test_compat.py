@@ -42,9 +42,30 @@ SCENARIOS = [
     "approve",
     "reject",
     "tool-two-tabs",
+    # Preliminary results of a streaming (async generator) server tool, live in the sender, an
+    # observer tab and a tab loaded mid-stream, then final everywhere and after reload (PROTOCOL
+    # §5, §6.1). Custom data parts: replaced by type + id, appended, transient ones onData-only.
+    "preliminary",
+    "data-parts",
+    # messageConcurrency through the real client (PROTOCOL §8.1): sends made while a reply
+    # streams are superseded (latest, debounce), merged (merge) or refused and rolled back (drop).
+    "concurrency-latest",
+    "concurrency-merge",
+    "concurrency-debounce",
+    "concurrency-drop",
 ]
-TWO_GATEWAYS = {"resume-reload", "clear", "two-tabs", "tool-two-tabs"}
+TWO_GATEWAYS = {"resume-reload", "clear", "two-tabs", "tool-two-tabs", "preliminary", "data-parts"}
 """Scenarios whose second client connects through the second gateway."""
+AGENTS = {
+    "preliminary": "compat-live-tool-agent",
+    "data-parts": "compat-data-agent",
+    "concurrency-latest": "latest-agent",
+    "concurrency-merge": "merge-agent",
+    "concurrency-debounce": "debounce-agent",
+    "concurrency-drop": "drop-agent",
+}
+"""The agent of each scenario that does not talk to the demo agent (support.agents,
+support.compat_agents; the test cluster serves both)."""
 
 pytestmark = [
     pytest.mark.e2e,
@@ -89,7 +110,7 @@ async def test_real_client(cluster: LocalCluster, scenario: str) -> None:
         str(DRIVER),
         ",".join(urls),
         scenario,
-        AGENT,
+        AGENTS.get(scenario, AGENT),
         name,
         cwd=HERE,
         stdout=asyncio.subprocess.PIPE,

@@ -41,8 +41,8 @@ def running_cluster(
         env={
             **FAST_TIMING,
             "DURACHAT_KEY_PREFIX": f"e{uuid.uuid4().hex[:8]}",
-            # The test agents (support.agents) beside the demo one.
-            "DURACHAT_AGENTS": "durachat.demo,support.agents",
+            # The test agents (support.agents, support.compat_agents) beside the demo one.
+            "DURACHAT_AGENTS": "durachat.demo,support.agents,support.compat_agents",
             "PYTHONPATH": TESTS_DIR,
             **(env or {}),
         },

@@ -43,7 +43,7 @@ class ClusterTiming(BaseSettings):
     shard_ttl: float = 2.0
     """Seconds after its last heartbeat that a shard counts as dead."""
 
-    lease_ttl: float = 3.0
+    lease_ttl: float = 2.0
     """Seconds a conversation lease lives without renewal."""
 
 
@@ -76,6 +76,13 @@ class ShardSettings(CommonSettings, ClusterTiming):
     log_maxlen: int = 10_000
     """Approximate maximum entries kept in a conversation's event log."""
 
+    drain_timeout: float = 10.0
+    """Seconds a shard stopping on SIGTERM lets running turns finish; the rest are
+    checkpointed and continued by their new owners."""
+
+    turn_heartbeat_interval: float = 2.0
+    """Seconds between the heartbeats a shard writes on its open turns."""
+
 
 class GatewaySettings(CommonSettings, ClusterTiming):
     """Settings of a gateway process."""
@@ -103,6 +110,27 @@ class GatewaySettings(CommonSettings, ClusterTiming):
 
 class JobsSettings(CommonSettings):
     """Settings of the jobs worker."""
+
+    turn_stale_after: float = 10.0
+    """Seconds without a heartbeat after which an open turn counts as orphaned (a turn whose
+    owner no longer holds the conversation's lease is orphaned at once)."""
+
+    orphan_scan_interval: int = 1
+    """Seconds between scans for orphaned turns (1-60)."""
+
+    log_retention: float = 86_400.0
+    """Seconds a conversation's event log keeps entries after they were written; older ones
+    are trimmed (a cursor older than that has expired)."""
+
+    abandoned_stream_after: float = 600.0
+    """Seconds after its last entry that a stream still marked open, with no turn behind it,
+    is closed."""
+
+    incident_retention: float = 3_600.0
+    """Seconds a recovery incident is kept after its last change."""
+
+    retention_interval: int = 60
+    """Seconds between retention sweeps (1-3600)."""
 
 
 def process_env(**overrides: str) -> dict[str, str]:

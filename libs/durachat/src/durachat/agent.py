@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
+from durachat.recovery import ChatRecovery, ExhaustedContext, RecoveryContext, RecoveryOptions
 from durachat.tools import Tool, ToolLedger
 from durachat.types import JSONDict, UIChunk, UIMessage
 
@@ -91,6 +92,8 @@ class AgentHost(Protocol):
 
     async def reset_turn_state(self) -> None: ...
 
+    async def stash(self, data: Any) -> None: ...
+
 
 class Agent:
     """Base class of chat agents.
@@ -119,6 +122,13 @@ class Agent:
     message_concurrency: str | Mapping[str, Any] = "queue"
     """What a send does while a turn is running: `queue`, `latest`, `merge`, `drop`, or
     `{"strategy": "debounce", "debounce_ms": 750}`."""
+
+    chat_recovery: ChatRecovery = ChatRecovery()
+    """How interrupted turns are recovered (budgets, terminal message); see `durachat.recovery`."""
+
+    stream_stall_timeout: float = 0.0
+    """Seconds a model stream may stay silent before the turn counts as interrupted and is
+    recovered (0: never)."""
 
     def __init__(self, conversation: str, *, model: str | None = None) -> None:
         self.conversation = conversation
@@ -176,6 +186,27 @@ class Agent:
     async def reset_turn_state(self) -> None:
         """Abort the running turn and drop every queued one and any pending continuation."""
         await self._host().reset_turn_state()
+
+    async def stash(self, data: Any) -> None:
+        """Keep JSON `data` with the running turn; if the turn is interrupted, recovery hands
+        it back as `RecoveryContext.recovery_data`."""
+        await self._host().stash(data)
+
+    async def on_chat_recovery(self, ctx: RecoveryContext) -> RecoveryOptions:
+        """Decide what happens to an interrupted turn: store its partial reply, and continue
+        it. The default does both: the model is asked to continue the partial reply, which
+        providers with assistant prefill (and the built-in scripted model) do seamlessly.
+        Override for providers without prefill, e.g. to retry from scratch or to stop."""
+        return RecoveryOptions()
+
+    async def should_keep_recovering(self, ctx: RecoveryContext) -> bool:
+        """Asked before every attempt after the first; False seals the incident
+        (`recovery_aborted`)."""
+        return True
+
+    async def on_exhausted(self, ctx: ExhaustedContext) -> None:
+        """Called when recovery gives up, before the terminal message is sent. Errors are
+        logged and ignored."""
 
     def sanitize_message_for_persistence(self, message: UIMessage) -> UIMessage:
         """Change a message before it is stored (after the built-in sanitisation); return it

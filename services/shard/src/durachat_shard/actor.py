@@ -19,7 +19,19 @@ from typing import Any, cast
 from durachat.agent import Agent, MessagesOrUpdate, Turn, TurnResult, TurnStatusName
 from durachat.messages import ReplyAssembler, new_assistant_id, new_request_id, repair_transcript
 from durachat.models import ModelError
+from durachat.observability import EventType
+from durachat.observability import emit as emit_event
 from durachat.protocol import MessageType
+from durachat.recovery import (
+    ExhaustedContext,
+    RecoveryContext,
+    RecoveryKind,
+    RecoveryOptions,
+    SealReason,
+    has_settled_tool_results,
+    incident_id,
+    partial_text,
+)
 from durachat.tools import (
     apply_tool_approval,
     apply_tool_result,
@@ -27,13 +39,22 @@ from durachat.tools import (
     pending_interaction,
 )
 from durachat.types import JSONDict, UIChunk, UIMessage
-from durachat_infra.eventlog import only
-from durachat_infra.store import FencedError, FencedTransaction, Store, TurnStatus
+from durachat_infra.eventlog import LogEntry, StreamState, only
+from durachat_infra.store import (
+    ConversationKey,
+    FencedError,
+    FencedTransaction,
+    Store,
+    TurnRecord,
+    TurnStatus,
+)
 from durachat_shard import metrics
 from durachat_shard.concurrency import Concurrency, merge_user_messages
 from durachat_shard.emitter import Emitter
+from durachat_shard.incidents import Incident, Incidents
 from durachat_shard.ledger import SqlToolLedger
 from durachat_shard.requests import ChatRequest, FrameError, parse_chat_request, parse_messages
+from durachat_shard.recovery import RebuiltStream, Splice, rebuild_stream
 from durachat_shard.transcript import Change, Transcript
 
 log = logging.getLogger(__name__)
@@ -66,6 +87,59 @@ class _QueuedTurn:
     """Told how the turn ended (programmatic turns wait on it)."""
     prepare: Callable[[_QueuedTurn], None] | None = None
     """Run when the turn reaches the front, before it starts (`save_messages`)."""
+    recovery: _Recovered | None = None
+    """Set when the turn recovers an interrupted one."""
+
+
+@dataclass(slots=True)
+class _Recovered:
+    """How a queued turn continues an interrupted one."""
+
+    incident: Incident
+    assembler: ReplyAssembler | None
+    """The partial reply rebuilt from the log (None: nothing was streamed; run afresh)."""
+    splice: Splice | None
+    next_seq: int
+    live: bool
+    """The log still shows the interrupted stream open, so no new `start` is needed."""
+    messages: list[UIMessage]
+    """The transcript the model sees."""
+    text_before: int
+    """Characters of text the partial already had (the rest counts against budgets)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Interrupted:
+    """A turn that did not finish, as recovery sees it."""
+
+    request_id: str
+    snapshot: JSONDict
+    continuation: bool
+    stash: Any
+    created_at: float
+
+    @classmethod
+    def of_record(cls, record: TurnRecord) -> _Interrupted:
+        snapshot = dict(record.request or {})
+        continuation = record.kind == "continuation" or bool(snapshot.get("continuation"))
+        stash = record.stash.get("data") if isinstance(record.stash, dict) else None
+        return cls(
+            record.request_id, snapshot, continuation, stash, record.created_at.timestamp()
+        )
+
+    @property
+    def body(self) -> JSONDict | None:
+        body = self.snapshot.get("body")
+        return body if isinstance(body, dict) else None
+
+    @property
+    def client_tools(self) -> list[JSONDict] | None:
+        tools = self.snapshot.get("clientTools")
+        return tools if isinstance(tools, list) else None
+
+    @property
+    def trigger(self) -> str:
+        return "regenerate-message" if self.snapshot.get("regenerate") else "submit-message"
 
 
 @dataclass(slots=True)
@@ -86,6 +160,10 @@ class _DuplicateRequestError(Exception):
     """The database already holds a turn with this request id."""
 
 
+class _StreamStalledError(Exception):
+    """The model stream was silent for longer than the agent's `stream_stall_timeout`."""
+
+
 RECENT_REQUESTS = 512
 
 
@@ -96,6 +174,7 @@ class ConversationActor:
         self,
         *,
         conversation_id: int,
+        key: ConversationKey,
         epoch: int,
         shard_id: str,
         agent: Agent,
@@ -105,8 +184,10 @@ class ConversationActor:
         recent_requests: list[str] | None = None,
         last_body: JSONDict | None = None,
         last_client_tools: list[JSONDict] | None = None,
+        incidents: Incidents | None = None,
     ) -> None:
         self.conversation_id = conversation_id
+        self.key = key
         self.epoch = epoch
         self.shard_id = shard_id
         self.agent = agent
@@ -132,6 +213,18 @@ class ConversationActor:
         self._merge_from: int | None = None
         self._inflight: JSONDict | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self._checkpointing = False
+        self._stashes: dict[str, Any] = {}
+        self._incidents = incidents or Incidents(
+            store=store,
+            conversation_id=conversation_id,
+            tenant=key.tenant,
+            agent=key.agent,
+            name=key.name,
+            config=agent.chat_recovery,
+            redis=None,
+            key_prefix="",
+        )
         # Request ids already accepted, newest last: a retried request is recognised without a
         # database round trip (loaded from the turns table on activation).
         self._recent: dict[str, None] = dict.fromkeys(reversed(recent_requests or []))
@@ -284,6 +377,7 @@ class ConversationActor:
             request_id = frame.get("id")
             if self._active is not None and self._active[0] == request_id:
                 self._active[1].set()
+                self._event(EventType.MESSAGE_CANCEL, {"requestId": request_id})
         else:
             raise FrameError("unsupported_frame", f"frame type {kind!r} is not supported")
 
@@ -311,13 +405,16 @@ class ConversationActor:
         if overlapping and submit and strategy == "merge":
             change.ops.extend(self._merge_tail().ops)
 
+        anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
+        snapshot = _snapshot(request, anchor)
+
         async def record(tx: FencedTransaction) -> None:
             # One transaction records the turn (idempotent by request id) and its messages.
             fresh = await tx.begin_turn(
                 request.request_id,
                 kind="regenerate" if request.trigger == "regenerate-message" else "submit",
                 owner=self.shard_id,
-                request={"body": request.body, "clientTools": request.client_tools},
+                request=snapshot,
             )
             if not fresh:
                 raise _DuplicateRequestError(request.request_id)
@@ -328,7 +425,7 @@ class ConversationActor:
         accepted = self._write_behind(record)
         self.agent.messages = self.transcript.messages
         self.emit.messages(merged, exclude=requester)
-        anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
+        self._event(EventType.MESSAGE_REQUEST, {"requestId": request.request_id})
         queued = _QueuedTurn(request, requester, self._generation, anchor, accepted)
         if submit:
             self._submits += 1
@@ -381,6 +478,9 @@ class ConversationActor:
                 error_text=error_text if isinstance(error_text, str) else None,
             ),
         )
+        self._event(
+            EventType.TOOL_RESULT, {"toolCallId": call_id, "toolName": frame.get("toolName")}
+        )
         # A failed client tool never continues on its own (the client decides what next).
         if frame.get("autoContinue") is True and state != "output-error":
             self._schedule_continuation(requester)
@@ -393,6 +493,7 @@ class ConversationActor:
                 "invalid_frame", "a tool approval needs a `toolCallId` and a boolean `approved`"
             )
         await self._change_tool_part(call_id, lambda part: apply_tool_approval(part, approved))
+        self._event(EventType.TOOL_APPROVAL, {"toolCallId": call_id, "approved": approved})
         if frame.get("autoContinue") is True:
             self._schedule_continuation(requester)
 
@@ -463,7 +564,11 @@ class ConversationActor:
                 request_id,
                 kind="continuation",
                 owner=self.shard_id,
-                request={"body": self._last_body, "clientTools": self._last_client_tools},
+                request={
+                    "body": self._last_body,
+                    "clientTools": self._last_client_tools,
+                    "continuation": True,
+                },
             )
 
         request = ChatRequest(
@@ -508,6 +613,361 @@ class ConversationActor:
         self.agent.messages = self.transcript.messages
         self.emit.messages(self.transcript.messages)
 
+    # Recovery of interrupted turns (DESIGN §9).
+
+    def _interrupted(self, queued: _QueuedTurn) -> _Interrupted:
+        """A turn of this tenure whose stream stalled, as recovery sees it."""
+        snapshot = _snapshot(queued.request, queued.anchor)
+        if queued.recovery is not None:
+            snapshot["root"] = queued.recovery.incident.root_request_id
+        return _Interrupted(
+            queued.request.request_id,
+            snapshot,
+            queued.continuation,
+            self._stashes.get(queued.request.request_id),
+            time.time(),
+        )
+
+    async def recover(self, turns: list[TurnRecord]) -> None:
+        """Take over the turns a former owner left unfinished and queue their recovery,
+        oldest first. Call before `start`, so recovery runs ahead of any new input."""
+        if not turns:
+            return
+        entries = await self.emit.history()
+        state = await self.emit.state()
+        for record in turns:
+            queued = await self._plan_recovery(
+                _Interrupted.of_record(record), entries=entries, state=state
+            )
+            if queued is not None:
+                self._turns.put_nowait(queued)
+
+    async def _plan_recovery(
+        self,
+        interrupted: _Interrupted,
+        *,
+        entries: list[LogEntry] | None = None,
+        state: StreamState | None = None,
+    ) -> _QueuedTurn | None:
+        """Decide what happens to an interrupted turn: rebuild its partial reply from the log,
+        count the attempt against the incident's budget, ask the agent, then store the partial
+        and return the turn that continues (or retries) it; None when recovery ends here."""
+        if entries is None or state is None:
+            entries = await self.emit.history()
+            state = await self.emit.state()
+        request_id = interrupted.request_id
+        snap = interrupted.snapshot
+        config = self.agent.chat_recovery
+        rebuilt = rebuild_stream(entries, request_id)
+        anchor = snap.get("anchor") if isinstance(snap.get("anchor"), str) else None
+        raw_ids = snap.get("userMessageIds")
+        user_ids = [str(i) for i in raw_ids] if isinstance(raw_ids, list) else []
+        root = str(snap.get("root") or request_id)
+        continuation = interrupted.continuation or rebuilt.continuation
+        assembler: ReplyAssembler | None = None
+        if rebuilt.stream_id:
+            assembler = ReplyAssembler(self._recovery_base(rebuilt), continuation=continuation)
+            for chunk in rebuilt.chunks:
+                assembler.process(chunk)
+        partial = assembler.message if assembler is not None and rebuilt.chunks else None
+        parts: list[JSONDict] = list(partial["parts"]) if partial is not None else []
+        message_ids = None if continuation else user_ids
+        kind: RecoveryKind = "continue"
+        if partial is None and not continuation:
+            if not self._unanswered(anchor):
+                await self._end_interrupted(request_id, "skipped", continuation, message_ids)
+                return None
+            kind = "retry"
+        incident, evaluation = await self._incidents.open(
+            incident_id(root, user_ids[-1] if user_ids else anchor),
+            request_id=request_id,
+            root=root,
+            kind=kind,
+            progress=rebuilt.progress,
+        )
+        ctx = RecoveryContext(
+            incident_id=incident.incident_id,
+            recovery_root_request_id=root,
+            request_id=request_id,
+            attempt=incident.state.attempt,
+            max_attempts=config.max_attempts,
+            recovery_kind=kind,
+            stream_id=rebuilt.stream_id,
+            partial_text=partial_text(parts),
+            partial_parts=copy.deepcopy(parts),
+            recovery_data=interrupted.stash,
+            messages=copy.deepcopy(self.transcript.messages),
+            last_body=interrupted.body,
+            last_client_tools=interrupted.client_tools,
+            created_at=interrupted.created_at,
+        )
+        sealed = evaluation.sealed
+        if sealed is None and not config.enabled:
+            sealed = "recovery_aborted"
+        if sealed is None and not evaluation.first and not await self._keep_recovering(ctx):
+            sealed = "recovery_aborted"
+        if sealed is None and await self._incidents.tenant_budget_spent():
+            sealed = "tenant_budget_exceeded"
+        store_partial = self._store_partial(partial, anchor)
+        if partial is not None and pending_interaction(parts):
+            # Waiting for a human is not a failure: park the turn where it stands.
+            await self._write(
+                _chain(
+                    store_partial,
+                    self._settle_turn(request_id, "completed"),
+                    self._incidents.record(incident, "skipped", "awaiting_client_interaction"),
+                )
+            )
+            self._incidents.event(
+                "chat:recovery:skipped", incident, "awaiting_client_interaction"
+            )
+            self.emit.terminal(
+                request_id,
+                outcome=None,
+                message_ids=message_ids,
+                continuation=continuation,
+                streamed=True,
+            )
+            return None
+        if sealed is not None:
+            await self._exhaust(incident, ctx, sealed, store_partial, continuation)
+            return None
+        options = await self._on_recovery(ctx)
+        keep = options.persist or has_settled_tool_results(parts)
+        if not options.continue_turn:
+            await self._write(
+                _chain(
+                    store_partial if keep else None,
+                    self._settle_turn(request_id, "aborted"),
+                    self._incidents.record(incident, "skipped", "continue_disabled"),
+                )
+            )
+            self._incidents.event("chat:recovery:skipped", incident, "continue_disabled")
+            self.emit.terminal(
+                request_id,
+                outcome="aborted",
+                message_ids=message_ids,
+                continuation=continuation,
+                streamed=True,
+            )
+            return None
+
+        async def take_over(tx: FencedTransaction) -> None:
+            await tx.update_turn(request_id, owner=self.shard_id)
+
+        await self._write(
+            _chain(
+                store_partial if keep else None,
+                take_over,
+                self._incidents.record(incident, "scheduled"),
+            )
+        )
+        self._incidents.event("chat:recovery:scheduled", incident)
+        self.emit.recovering(root, active=True)
+        self.agent.messages = self.transcript.messages
+        request = ChatRequest(
+            request_id=request_id,
+            messages=[],
+            trigger=interrupted.trigger,
+            body=interrupted.body,
+            client_tools=interrupted.client_tools,
+        )
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        live = state.status == "streaming" and state.request == request_id
+        recovered = _Recovered(
+            incident=incident,
+            assembler=assembler if partial is not None else None,
+            splice=Splice(rebuilt.chunks) if partial is not None else None,
+            next_seq=rebuilt.next_seq,
+            live=live and partial is not None,
+            messages=self._recovery_messages(partial, anchor),
+            text_before=len(ctx.partial_text),
+        )
+        queued = _QueuedTurn(
+            request,
+            "",
+            self._generation,
+            anchor if kind == "retry" or not continuation else None,
+            done,
+            continuation=continuation,
+            recovery=recovered,
+        )
+        return queued
+
+    def _recovery_base(self, rebuilt: RebuiltStream) -> UIMessage:
+        """The message an interrupted stream was building on: for a continuation, the
+        assistant message as it was when the stream started; else a new one."""
+        if rebuilt.continuation and rebuilt.base_id is not None:
+            index = self.transcript.index_of(rebuilt.base_id)
+            if index is not None:
+                base = copy.deepcopy(self.transcript.messages[index])
+                base["parts"] = list(base.get("parts") or [])[: rebuilt.base_parts]
+                return base
+            return {"id": rebuilt.base_id, "role": "assistant", "parts": []}
+        return {"id": new_assistant_id(), "role": "assistant", "parts": []}
+
+    def _unanswered(self, anchor: str | None) -> bool:
+        """Whether the user message `anchor` is still in the transcript without a reply."""
+        index = self.transcript.index_of(anchor) if anchor is not None else None
+        if index is None:
+            return False
+        messages = self.transcript.messages
+        if messages[index].get("role") != "user":
+            return False
+        return index + 1 == len(messages) or messages[index + 1].get("role") != "assistant"
+
+    def _recovery_messages(self, partial: UIMessage | None, anchor: str | None) -> list[UIMessage]:
+        """The transcript a recovered turn's model sees: up to the message it answers, then
+        the partial reply (which a model with assistant prefill continues)."""
+        messages = list(self.transcript.messages)
+        if partial is not None:
+            index = self.transcript.index_of(str(partial["id"]))
+            if index is not None:
+                return [*messages[:index], copy.deepcopy(partial)]
+        at = self.transcript.index_of(anchor) if anchor is not None else None
+        head = messages if at is None else messages[: at + 1]
+        return head if partial is None else [*head, copy.deepcopy(partial)]
+
+    def _store_partial(
+        self, partial: UIMessage | None, anchor: str | None
+    ) -> Callable[[FencedTransaction], Awaitable[None]] | None:
+        """Put a partial reply in the transcript; returns the write that stores it."""
+        if partial is None:
+            return None
+        change = self.transcript.put_reply(copy.deepcopy(partial), anchor=anchor)
+        return change.apply
+
+    def _settle_turn(
+        self, request_id: str, status: TurnStatus, error: str | None = None
+    ) -> Callable[[FencedTransaction], Awaitable[None]]:
+        async def settle(tx: FencedTransaction) -> None:
+            await tx.update_turn(request_id, status=status, error=error, owner=self.shard_id)
+
+        return settle
+
+    async def _end_interrupted(
+        self, request_id: str, status: TurnStatus, continuation: bool, ids: list[str] | None
+    ) -> None:
+        """End an interrupted turn that has nothing left to recover."""
+        await self._write(self._settle_turn(request_id, status))
+        self.emit.terminal(
+            request_id,
+            outcome=status,
+            message_ids=ids,
+            continuation=continuation,
+            streamed=False,
+        )
+
+    async def _keep_recovering(self, ctx: RecoveryContext) -> bool:
+        try:
+            return bool(await self.agent.should_keep_recovering(ctx))
+        except Exception:
+            log.exception("should_keep_recovering failed; recovering anyway")
+            return True
+
+    async def _on_recovery(self, ctx: RecoveryContext) -> RecoveryOptions:
+        try:
+            return await self.agent.on_chat_recovery(ctx)
+        except Exception:
+            log.exception("on_chat_recovery failed; using the defaults")
+            return RecoveryOptions()
+
+    async def _exhaust(
+        self,
+        incident: Incident,
+        ctx: RecoveryContext,
+        reason: SealReason,
+        store_partial: Callable[[FencedTransaction], Awaitable[None]] | None,
+        continuation: bool,
+    ) -> None:
+        """Give up on an incident: tell the agent, store the partial, end the turn with the
+        terminal message and record it for clients that reconnect later."""
+        text = self.agent.chat_recovery.terminal_message
+        exhausted = ExhaustedContext(
+            incident_id=incident.incident_id,
+            request_id=ctx.request_id,
+            recovery_root_request_id=ctx.recovery_root_request_id,
+            attempt=ctx.attempt,
+            max_attempts=ctx.max_attempts,
+            recovery_kind=ctx.recovery_kind,
+            stream_id=ctx.stream_id,
+            created_at=ctx.created_at,
+            partial_text=ctx.partial_text,
+            partial_parts=ctx.partial_parts,
+            reason=reason,
+            terminal_message=text,
+        )
+        emit_event(
+            "chat:recovery:exhausted",
+            agent=self.key.agent,
+            name=self.key.name,
+            tenant=self.key.tenant,
+            payload={
+                **incident.payload(reason),
+                "recoveryRootRequestId": ctx.recovery_root_request_id,
+                "streamId": ctx.stream_id,
+                "createdAt": ctx.created_at,
+                "partialText": ctx.partial_text,
+                "terminalMessage": text,
+            },
+        )
+        try:
+            await self.agent.on_exhausted(exhausted)
+        except Exception:
+            log.exception("on_exhausted failed")
+        await self._write(
+            _chain(
+                store_partial,
+                self._settle_turn(ctx.request_id, "error", text),
+                self._incidents.record(incident, "exhausted", reason),
+            )
+        )
+        self.agent.messages = self.transcript.messages
+        if store_partial is not None:
+            self.emit.messages(self.transcript.messages)
+        self.emit.terminal_error(ctx.request_id, text, continuation=continuation)
+        self.emit.recovering(ctx.recovery_root_request_id, active=False)
+
+    def _finish_recovery(self, recovered: _Recovered, outcome: str, reply: UIMessage) -> None:
+        """Close the incident of a recovered turn that ran to its end."""
+        incident = recovered.incident
+        if outcome == "error":
+            self._incidents.event("chat:recovery:failed", incident)
+        else:
+            self._incidents.event("chat:recovery:completed", incident)
+        self.emit.recovering(incident.root_request_id, active=False)
+        used = len(partial_text(list(reply.get("parts") or []))) - recovered.text_before
+        self._spawn(self._incidents.charge(used))
+
+    async def stash(self, data: Any) -> None:
+        """See `Agent.stash`."""
+        if self._active is None:
+            raise RuntimeError("stash() needs a running turn")
+        request_id = self._active[0]
+        self._stashes[request_id] = data
+
+        async def keep(tx: FencedTransaction) -> None:
+            await tx.update_turn(request_id, stash={"data": data})
+
+        await self._write(keep)
+
+    async def checkpoint(self, *, timeout: float = 5.0) -> None:
+        """Hand the conversation over: stop without ending the running turn, so the next owner
+        continues it from the event log (and runs the queued ones)."""
+        self._checkpointing = True
+        self._stopping = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._inbox.join(), timeout)
+        if self._active is not None:
+            self._active[1].set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        if self._last_write is not None:
+            with contextlib.suppress(Exception):
+                await self._last_write
+        await self.emit.flush()
+
     # The programmatic API (`durachat.agent.AgentHost`).
 
     async def persist_messages(self, messages: list[UIMessage]) -> None:
@@ -536,14 +996,16 @@ class ConversationActor:
             wanted = messages(list(current)) if callable(messages) else messages
             _, change = self.transcript.persist(wanted, truncate=False)
 
+            queued.anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
+            snapshot = _snapshot(request, queued.anchor)
+
             async def record(tx: FencedTransaction) -> None:
                 await tx.begin_turn(
-                    request.request_id, kind="programmatic", owner=self.shard_id, request=None
+                    request.request_id, kind="programmatic", owner=self.shard_id, request=snapshot
                 )
                 await change.apply(tx)
 
             queued.accepted = self._write_behind(record)
-            queued.anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
             self.agent.messages = self.transcript.messages
             self.emit.messages(self.transcript.messages)
 
@@ -570,7 +1032,10 @@ class ConversationActor:
 
         async def record(tx: FencedTransaction) -> None:
             await tx.begin_turn(
-                request.request_id, kind="continuation", owner=self.shard_id, request=None
+                request.request_id,
+                kind="continuation",
+                owner=self.shard_id,
+                request={"body": request.body, "continuation": True},
             )
 
         self._turns.put_nowait(
@@ -668,6 +1133,7 @@ class ConversationActor:
         await self._write(self.transcript.clear().apply)
         self.agent.messages = []
         self.emit.clear(exclude=connection_id)
+        self._event(EventType.MESSAGE_CLEAR, {})
 
     async def _skip(self, queued: _QueuedTurn) -> None:
         request_id = queued.request.request_id
@@ -694,7 +1160,8 @@ class ConversationActor:
                 await self._skip(queued)
                 continue
             if self._stopping:
-                await self._skip(queued)
+                if not self._checkpointing:
+                    await self._skip(queued)
                 continue
             if queued.debounce_until is not None:
                 await asyncio.sleep(max(0.0, queued.debounce_until - time.monotonic()))
@@ -706,11 +1173,22 @@ class ConversationActor:
                 await self._skip(queued)
                 continue
             self._idle.clear()
-            result = TurnResult(queued.request.request_id, "error", "the turn failed")
+            result: TurnResult | None = TurnResult(
+                queued.request.request_id, "error", "the turn failed"
+            )
             try:
                 if queued.prepare is not None:
                     queued.prepare(queued)
                 result = await self._run_turn(queued)
+                while result is None and not self._stopping and not self._fenced:
+                    # The model stream stalled: recover the turn here and now, ahead of the
+                    # turns queued behind it.
+                    await self.emit.flush()
+                    retry = await self._plan_recovery(self._interrupted(queued))
+                    if retry is None:
+                        break
+                    queued = retry
+                    result = await self._run_turn(queued)
             except FencedError:
                 metrics.FENCED.inc()
                 log.warning("conversation %s: turn fenced off", self.conversation_id)
@@ -724,9 +1202,13 @@ class ConversationActor:
                 self._idle.set()
                 self.last_active = time.monotonic()
                 if queued.done is not None and not queued.done.done():
-                    queued.done.set_result(result)
-            # Outside the turn: the hook may start turns of its own without waiting on itself.
-            self._spawn(self._respond(result))
+                    queued.done.set_result(
+                        result or TurnResult(queued.request.request_id, "aborted")
+                    )
+            if result is not None:
+                # Outside the turn: the hook may start turns of its own without waiting on
+                # itself.
+                self._spawn(self._respond(result))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
@@ -739,43 +1221,82 @@ class ConversationActor:
         except Exception:
             log.exception("on_chat_response failed for %s", result.request_id)
 
-    async def _run_turn(self, queued: _QueuedTurn) -> TurnResult:
+    def _event(self, kind: str, payload: JSONDict) -> None:
+        emit_event(
+            kind, agent=self.key.agent, name=self.key.name, tenant=self.key.tenant, payload=payload
+        )
+
+    async def _run_turn(self, queued: _QueuedTurn) -> TurnResult | None:
+        """Run one turn; None when it was interrupted (its stream stalled, or the shard is
+        handing the conversation over) and is left to recovery."""
         request = queued.request
-        continuation = queued.continuation
+        recovered = queued.recovery
         abort = asyncio.Event()
         self._active = (request.request_id, abort)
         self._repair_before_turn(request)
+        messages = self.transcript.messages
+        seq = 0
+        if recovered is not None and recovered.assembler is not None:
+            # Continue the interrupted stream: same request, same flags, the next `seq`.
+            assembler = recovered.assembler
+            continuation = assembler.continuation
+            seq = recovered.next_seq
+            if not recovered.live:
+                self.emit.stream_start(request.request_id, continuation=continuation)
+        else:
+            continuation = queued.continuation
+            if continuation and messages and messages[-1].get("role") == "assistant":
+                # A continuation appends to the last assistant message.
+                base = copy.deepcopy(messages[-1])
+            else:
+                base = {"id": new_assistant_id(), "role": "assistant", "parts": []}
+            assembler = ReplyAssembler(base, continuation=continuation)
+            self.emit.stream_start(
+                request.request_id,
+                continuation=continuation,
+                base=(str(base["id"]), len(base["parts"])) if continuation else None,
+            )
+        splice = recovered.splice if recovered is not None else None
         turn = Turn(
             request_id=request.request_id,
-            messages=list(self.transcript.messages),
+            messages=list(recovered.messages if recovered is not None else messages),
             body=request.body,
             abort=abort,
-            continuation=continuation,
+            continuation=continuation or splice is not None,
             client_tools=request.client_tools,
             trigger=request.trigger,
             ledger=SqlToolLedger(self._write, self.shard_id),
         )
-        messages = self.transcript.messages
-        if continuation and messages and messages[-1].get("role") == "assistant":
-            # A continuation appends to the last assistant message.
-            base = copy.deepcopy(messages[-1])
-        else:
-            base = {"id": new_assistant_id(), "role": "assistant", "parts": []}
-        assembler = ReplyAssembler(base, continuation=continuation)
-        self._inflight = assembler.message
         self._inflight = assembler.message
         message_ids = None if continuation else request.user_message_ids
-        self.emit.stream_start(request.request_id, continuation=continuation)
         outcome: TurnStatus = "completed"
         error_text: str | None = None
+        stalled = False
         stream: AsyncIterator[UIChunk] = self.agent.on_chat_message(turn)
+        stall_after = self.agent.stream_stall_timeout
 
         began = time.monotonic()
 
         async def pump() -> None:
-            seq = 0
-            started = False
-            async for chunk in stream:
+            nonlocal seq
+            started = splice is not None
+            chunks = stream.__aiter__()
+            while True:
+                try:
+                    if stall_after > 0:
+                        try:
+                            chunk = await asyncio.wait_for(anext(chunks), stall_after)
+                        except TimeoutError:
+                            raise _StreamStalledError from None
+                    else:
+                        chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    return
+                if splice is not None:
+                    spliced = splice(chunk)
+                    if spliced is None:
+                        continue
+                    chunk = spliced
                 if not started:
                     started = True
                     metrics.TIME_TO_FIRST_CHUNK.observe(time.monotonic() - began)
@@ -814,6 +1335,8 @@ class ConversationActor:
                     raise
             if abort.is_set():
                 outcome = "aborted"
+        except _StreamStalledError:
+            stalled = True
         except ModelError as exc:
             log.info("model error in %s: %s", request.request_id, exc)
             error_text = exc.public_message or GENERIC_ERROR
@@ -825,6 +1348,16 @@ class ConversationActor:
             if not pumping.done():
                 pumping.cancel()
             await _close(stream)
+        if stalled:
+            log.warning("request %s: the model stream stalled", request.request_id)
+            self._event(
+                "chat:stream:stalled",
+                {"requestId": request.request_id, "timeoutMs": int(stall_after * 1000)},
+            )
+            return None
+        if outcome == "aborted" and self._checkpointing:
+            # Handed over mid-stream: the next owner continues it from the log.
+            return None
         if error_text is None and assembler.error_text is not None:
             error_text = GENERIC_ERROR
         if error_text is not None:
@@ -839,7 +1372,8 @@ class ConversationActor:
         reply = assembler.message
         cleared = queued.generation != self._generation
         stored = assembler.has_parts and not cleared
-        change = self.transcript.put_reply(reply, anchor=queued.anchor) if stored else None
+        anchor = queued.anchor
+        change = self.transcript.put_reply(reply, anchor=anchor) if stored else None
 
         trimmed = self._trim()
 
@@ -851,6 +1385,10 @@ class ConversationActor:
             await tx.update_turn(
                 request.request_id, status=outcome, message_id=str(reply["id"]), error=error_text
             )
+            if recovered is not None:
+                await self._incidents.record(
+                    recovered.incident, "completed" if outcome != "error" else "failed"
+                )(tx)
 
         # The reply is durable before anyone is told the turn is over.
         try:
@@ -880,6 +1418,13 @@ class ConversationActor:
             continuation=continuation,
             streamed=True,
         )
+        if recovered is not None:
+            self._finish_recovery(recovered, outcome, reply)
+        self._event(
+            "message:error" if outcome == "error" else "message:response",
+            {"requestId": request.request_id, "status": outcome}
+            | ({"error": error_text} if error_text else {}),
+        )
         # A turn ends completed, aborted or error, all of which are `TurnResult` statuses.
         status = cast(TurnStatusName, outcome)
         return TurnResult(
@@ -889,6 +1434,33 @@ class ConversationActor:
             message=copy.deepcopy(reply) if stored else None,
             continuation=continuation,
         )
+
+
+def _snapshot(request: ChatRequest, anchor: str | None) -> JSONDict:
+    """What a turn's record keeps so another worker can run it again: the request context,
+    the message the reply answers and the user messages it was sent with."""
+    snapshot: JSONDict = {
+        "body": request.body,
+        "clientTools": request.client_tools,
+        "anchor": anchor,
+        "userMessageIds": request.user_message_ids,
+    }
+    if request.trigger == "regenerate-message":
+        snapshot["regenerate"] = True
+    return snapshot
+
+
+def _chain(
+    *writes: Callable[[FencedTransaction], Awaitable[None]] | None,
+) -> Callable[[FencedTransaction], Awaitable[None]]:
+    """One write doing `writes` in order, in the same transaction (None entries skipped)."""
+
+    async def run(tx: FencedTransaction) -> None:
+        for write in writes:
+            if write is not None:
+                await write(tx)
+
+    return run
 
 
 async def _close(stream: AsyncIterator[UIChunk]) -> None:

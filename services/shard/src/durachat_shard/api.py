@@ -12,12 +12,21 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
+from durachat_infra.cluster import RECOVER_PATH
 from durachat_infra.eventlog import LogWriter
 from durachat_infra.store import ConversationKey, DatabaseUnavailableError
 from durachat_shard import metrics
 from durachat_shard.hosting import Conversations, NotOwnerError, UnknownAgentError
 
 log = logging.getLogger(__name__)
+
+
+class ConversationIn(BaseModel):
+    """A conversation, by its identity."""
+
+    tenant: str
+    agent: str
+    name: str
 
 
 class FrameIn(BaseModel):
@@ -57,6 +66,24 @@ def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) ->
         # next frame (a resume probe, say) then sees its effect.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(handled), HANDLE_WAIT)
+        await writer.flush()
+        return JSONResponse({"ok": True, "shard": shard_id})
+
+    @app.post(RECOVER_PATH)
+    async def recover(item: ConversationIn) -> JSONResponse:
+        # Activating the conversation recovers whatever its former owner left unfinished.
+        key = ConversationKey(item.tenant, item.agent, item.name)
+        try:
+            await conversations.get(key)
+        except NotOwnerError as exc:
+            return JSONResponse(
+                {"code": "not_owner", "owner": exc.owner, "shard": shard_id}, status_code=409
+            )
+        except UnknownAgentError:
+            return JSONResponse({"code": "unknown_agent"}, status_code=404)
+        except DatabaseUnavailableError as exc:
+            log.warning("database unavailable: %s", exc)
+            return JSONResponse({"code": "database_unavailable"}, status_code=503)
         await writer.flush()
         return JSONResponse({"ok": True, "shard": shard_id})
 

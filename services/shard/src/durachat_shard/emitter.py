@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
+
+from redis.asyncio import Redis
 
 from durachat.protocol import MessageType
 from durachat.types import UIChunk, UIMessage
-from durachat_infra.eventlog import ALL, Kind, LogWriter, all_but, only
+from durachat_infra.eventlog import (
+    ALL,
+    Kind,
+    LogEntry,
+    LogWriter,
+    StreamState,
+    all_but,
+    only,
+    read_range,
+    read_state,
+)
 from durachat_infra.keys import ConversationKeys
 
 
@@ -18,9 +31,22 @@ def _dumps(obj: Any) -> str:
 class Emitter:
     """Writes one conversation's outgoing frames to its event log, in order."""
 
-    def __init__(self, writer: LogWriter, keys: ConversationKeys) -> None:
+    def __init__(self, writer: LogWriter, keys: ConversationKeys, redis: Redis) -> None:
         self._writer = writer
         self.keys = keys
+        self._redis = redis
+
+    async def flush(self) -> None:
+        """Wait until everything emitted so far is in the log."""
+        await self._writer.flush()
+
+    async def history(self) -> list[LogEntry]:
+        """Every entry of the conversation's log (what recovery rebuilds a turn from)."""
+        return await read_range(self._redis, self.keys)
+
+    async def state(self) -> StreamState:
+        """The conversation's stream state as stored."""
+        return await read_state(self._redis, self.keys)
 
     def frame(self, frame: dict[str, Any], *, target: str = ALL) -> None:
         """Send any frame."""
@@ -40,7 +66,14 @@ class Emitter:
             Kind.FRAME,
             _dumps({"type": MessageType.CHAT_CLEAR.value}),
             target=all_but(exclude) if exclude else ALL,
-            state={"status": "idle", "req": "", "start": "", "cont": "0"},
+            state={
+                "status": "idle",
+                "req": "",
+                "start": "",
+                "cont": "0",
+                "terminal": "",
+                "recovering": "",
+            },
         )
 
     def pending(self, request_id: str) -> None:
@@ -50,7 +83,14 @@ class Emitter:
             Kind.CONTROL,
             _dumps({"op": "pending", "req": request_id}),
             request=request_id,
-            state={"status": "pending", "req": request_id, "start": "", "cont": "0"},
+            # A new request clears the record of the last one recovery gave up on.
+            state={
+                "status": "pending",
+                "req": request_id,
+                "start": "",
+                "cont": "0",
+                "terminal": "",
+            },
         )
 
     def idle(self, request_id: str) -> None:
@@ -63,18 +103,68 @@ class Emitter:
             state={"status": "idle"},
         )
 
-    def stream_start(self, request_id: str, *, continuation: bool) -> None:
-        """A request's stream begins; its chunks follow."""
+    def stream_start(
+        self, request_id: str, *, continuation: bool, base: tuple[str, int] | None = None
+    ) -> None:
+        """A request's stream begins; its chunks follow. `base` is, for a continuation, the
+        id of the message it extends and that message's part count (for recovery)."""
+        control: dict[str, Any] = {"op": "start", "req": request_id, "cont": continuation}
+        if base is not None:
+            control["base"], control["baseParts"] = base
         self._writer.append(
             self.keys,
             Kind.CONTROL,
-            _dumps({"op": "start", "req": request_id, "cont": continuation}),
+            _dumps(control),
             request=request_id,
             state={
                 "status": "streaming",
                 "req": request_id,
                 "start": "$id",
                 "cont": "1" if continuation else "0",
+                "terminal": "",
+            },
+        )
+
+    def recovering(self, root_request_id: str, *, active: bool) -> None:
+        """Tell every tab a turn is (or no longer is) being recovered
+        (`cf_agent_chat_recovering`); remembered for tabs that connect meanwhile."""
+        self._writer.append(
+            self.keys,
+            Kind.FRAME,
+            _dumps(
+                {
+                    "type": MessageType.CHAT_RECOVERING.value,
+                    "recovering": active,
+                    "id": root_request_id,
+                }
+            ),
+            state={
+                "recovering": root_request_id if active else "",
+                "recovering_at": str(int(time.time() * 1000)),
+            },
+        )
+
+    def terminal_error(self, request_id: str, text: str, *, continuation: bool) -> None:
+        """End a request that recovery gave up on with `text`, and record it so a client that
+        reconnects later is told too."""
+        frame: dict[str, Any] = {
+            "body": text,
+            "done": True,
+            "error": True,
+            "id": request_id,
+            "type": MessageType.USE_CHAT_RESPONSE.value,
+        }
+        if continuation:
+            frame["continuation"] = True
+        self._writer.append(
+            self.keys,
+            Kind.TERMINAL,
+            _dumps(frame),
+            request=request_id,
+            state={
+                "status": "done",
+                "terminal": _dumps({"req": request_id, "body": text}),
+                "recovering": "",
             },
         )
 

@@ -7,15 +7,19 @@ import logging
 import time
 from dataclasses import dataclass
 
+import httpx
+from redis.asyncio import Redis
+
 from durachat.agent import AgentRegistry
 from durachat.messages import enforce_row_size_limit, sanitize_message
-from durachat_infra.cluster import ClusterView, LeaseHeldError, Leases
+from durachat_infra.cluster import ClusterView, LeaseHeldError, Leases, wake_owner
 from durachat_infra.eventlog import LogWriter
 from durachat_infra.keys import ConversationKeys, conversation_tag
 from durachat_infra.store import ConversationKey, FencedError, Store
 from durachat_infra.tasks import cancel_and_wait
 from durachat_shard.actor import ConversationActor
 from durachat_shard.emitter import Emitter
+from durachat_shard.incidents import Incidents
 from durachat_shard.transcript import Transcript
 
 log = logging.getLogger(__name__)
@@ -61,8 +65,15 @@ class Conversations:
         view: ClusterView,
         lease_ttl: float,
         idle_evict_after: float,
+        redis: Redis,
+        drain_timeout: float = 10.0,
+        turn_heartbeat_interval: float = 2.0,
     ) -> None:
         self._shard_id = shard_id
+        self._redis = redis
+        self._drain_timeout = drain_timeout
+        self._heartbeat_interval = turn_heartbeat_interval
+        self._last_heartbeat = 0.0
         self._prefix = key_prefix
         self._agents = agents
         self._model = model
@@ -85,10 +96,33 @@ class Conversations:
         self._task = asyncio.create_task(self._maintain(), name="conversations-maintain")
 
     async def stop(self) -> None:
-        """Release every conversation."""
+        """Release every conversation (the graceful drain, DESIGN §4): running turns get up to
+        the drain timeout to finish; the rest are checkpointed, released, and their new owners
+        are asked to continue them at once."""
         self._draining = True
         await cancel_and_wait(self._task)
+        deadline = time.monotonic() + self._drain_timeout
+        while any(h.actor.busy for h in self._held.values()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        handed: list[ConversationKey] = []
+        for key, held in list(self._held.items()):
+            if held.actor.busy and not held.actor.fenced:
+                log.info("checkpointing %s for its next owner", key)
+                await held.actor.checkpoint()
+                handed.append(key)
         await asyncio.gather(*(self._release(key) for key in list(self._held)))
+        if handed:
+            await self._hand_over(handed)
+
+    async def _hand_over(self, keys: list[ConversationKey]) -> None:
+        """Wake the new owners of checkpointed conversations (best effort: the jobs service
+        finds any that are missed)."""
+        await self._view.refresh()
+        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0, connect=1.0)) as http:
+            woken = await asyncio.gather(
+                *(wake_owner(self._view, key, http, exclude=self._shard_id) for key in keys)
+            )
+        log.info("handed over %d of %d conversations", sum(woken), len(keys))
 
     async def get(self, key: ConversationKey) -> ConversationActor:
         """The actor of `key`, activating it if needed.
@@ -159,17 +193,35 @@ class Conversations:
         agent.messages = transcript.messages
         actor = ConversationActor(
             conversation_id=conversation.id,
+            key=key,
             epoch=epoch,
             shard_id=self._shard_id,
             agent=agent,
             transcript=transcript,
             store=self._store,
-            emitter=Emitter(self._writer, keys),
+            emitter=Emitter(self._writer, keys, self._redis),
             recent_requests=recent,
             last_body=last_body,
             last_client_tools=last_client_tools,
+            incidents=Incidents(
+                store=self._store,
+                conversation_id=conversation.id,
+                tenant=key.tenant,
+                agent=key.agent,
+                name=key.name,
+                config=agent.chat_recovery,
+                redis=self._redis,
+                key_prefix=self._prefix,
+            ),
         )
         agent.host = actor
+        try:
+            # Turns a former owner left unfinished are recovered before any new input.
+            await actor.recover(await self._store.open_turns(conversation.id))
+        except BaseException:
+            await actor.stop()
+            await self._leases.release(keys)
+            raise
         actor.start()
         held = _Held(key, keys, actor)
         self._held[key] = held
@@ -218,6 +270,16 @@ class Conversations:
         held = list(self._held.values())
         if not held:
             return
+        now = time.monotonic()
+        if now - self._last_heartbeat >= self._heartbeat_interval and any(
+            h.actor.busy for h in held
+        ):
+            # Open turns say their owner is alive; the jobs service recovers stale ones.
+            self._last_heartbeat = now
+            try:
+                await self._store.heartbeat_turns(self._shard_id)
+            except Exception:
+                log.warning("could not record the turn heartbeat", exc_info=True)
         renewed = await self._leases.renew_many([h.keys for h in held])
         now = time.monotonic()
         for item, ok in zip(held, renewed, strict=True):

@@ -20,6 +20,7 @@ from durachat_infra.eventlog import LogWriter
 from durachat_infra.keys import ClusterKeys
 from durachat_infra.settings import ShardSettings
 from durachat_infra.store import Store, migrate
+from durachat_infra.telemetry import configure_telemetry
 from durachat_shard.api import build_api
 from durachat_shard.hosting import Conversations
 
@@ -41,6 +42,7 @@ async def serve(settings: ShardSettings) -> None:
     if not agents.names():
         raise SystemExit(f"no agents found in {settings.agents!r}")
 
+    shutdown_telemetry = configure_telemetry("durachat-shard")
     await migrate(settings.database_url)
     store = Store.from_url(settings.database_url)
     redis = Redis.from_url(settings.redis_url, decode_responses=True)
@@ -65,6 +67,9 @@ async def serve(settings: ShardSettings) -> None:
         view=view,
         lease_ttl=settings.lease_ttl,
         idle_evict_after=settings.idle_evict_after,
+        redis=redis,
+        drain_timeout=settings.drain_timeout,
+        turn_heartbeat_interval=settings.turn_heartbeat_interval,
     )
     fenced.append(conversations)
 
@@ -120,3 +125,4 @@ async def serve(settings: ShardSettings) -> None:
         await view.stop()
         await redis.aclose()
         await store.close()
+        shutdown_telemetry()

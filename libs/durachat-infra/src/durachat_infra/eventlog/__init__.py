@@ -10,7 +10,7 @@ from durachat_infra.eventlog.entries import (
     only,
     with_replay_flag,
 )
-from durachat_infra.eventlog.reader import LogReader
+from durachat_infra.eventlog.reader import LogReader, read_range, read_state
 from durachat_infra.eventlog.state import StreamState
 from durachat_infra.eventlog.writer import LogFencedError, LogWriter
 
@@ -26,5 +26,7 @@ __all__ = [
     "entry_id_key",
     "is_for",
     "only",
+    "read_range",
+    "read_state",
     "with_replay_flag",
 ]

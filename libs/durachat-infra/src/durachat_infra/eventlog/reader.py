@@ -21,6 +21,26 @@ log = logging.getLogger(__name__)
 EntryHandler = Callable[[list[LogEntry]], None]
 
 
+async def read_range(
+    redis: Redis, keys: ConversationKeys, start: str = "-", *, page: int = 1000
+) -> list[LogEntry]:
+    """Every entry of a conversation's log from `start` (inclusive) to the end."""
+    out: list[LogEntry] = []
+    cursor = start
+    while True:
+        rows = await redis.xrange(keys.log, min=cursor, count=page)
+        out.extend(LogEntry.from_fields(rid, fields) for rid, fields in rows)
+        if len(rows) < page:
+            return out
+        cursor = "(" + rows[-1][0]
+
+
+async def read_state(redis: Redis, keys: ConversationKeys) -> StreamState:
+    """A conversation's stream state as the owner left it."""
+    fields: dict[str, str] = await redis.hgetall(keys.state)  # type: ignore[misc]
+    return StreamState.from_hash(fields)
+
+
 class LogReader:
     """Follows the event logs of every conversation a gateway's clients watch.
 
@@ -76,14 +96,7 @@ class LogReader:
         self, keys: ConversationKeys, start: str, *, page: int = 1000
     ) -> list[LogEntry]:
         """Every entry from `start` (inclusive) to the end of the log."""
-        out: list[LogEntry] = []
-        cursor = start
-        while True:
-            rows = await self._redis.xrange(keys.log, min=cursor, count=page)
-            out.extend(LogEntry.from_fields(rid, fields) for rid, fields in rows)
-            if len(rows) < page:
-                return out
-            cursor = "(" + rows[-1][0]
+        return await read_range(self._redis, keys, start, page=page)
 
     def follow(self, keys: ConversationKeys, after: str, handler: EntryHandler) -> None:
         """Deliver every entry after `after` of `keys.log` to `handler`."""

@@ -18,6 +18,13 @@ class StreamState:
     request: str = ""
     start: str = ""
     continuation: bool = False
+    recovering: str = ""
+    """Root request id of a turn being recovered ("" when none)."""
+    recovering_at: float = 0.0
+    """When recovery started (ms since the epoch)."""
+    terminal: str = ""
+    """JSON `{"req", "body"}` of the last turn that ended in an error recovery could not mend,
+    replayed to clients that reconnect ("" when none)."""
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> StreamState:
@@ -27,6 +34,9 @@ class StreamState:
             request=fields.get("req", ""),
             start=fields.get("start", ""),
             continuation=fields.get("cont", "0") == "1",
+            recovering=fields.get("recovering", ""),
+            recovering_at=float(fields.get("recovering_at", "0") or 0),
+            terminal=fields.get("terminal", ""),
         )
 
     def apply(self, change: dict[str, str], entry_id: str) -> None:
@@ -41,3 +51,9 @@ class StreamState:
                 self.start = resolved
             elif field == "cont":
                 self.continuation = resolved == "1"
+            elif field == "recovering":
+                self.recovering = resolved
+            elif field == "recovering_at":
+                self.recovering_at = float(resolved or 0)
+            elif field == "terminal":
+                self.terminal = resolved

@@ -14,8 +14,11 @@ and `Store.transaction` rejects (with `FencedError`) a writer holding an older o
 from durachat_infra.store._migrate import migrate
 from durachat_infra.store._records import (
     MAIN_BRANCH,
+    OPEN_TURN_STATUSES,
     Conversation,
     ConversationKey,
+    IncidentRecord,
+    OpenTurn,
     StoredMessage,
     ToolCallRecord,
     TurnKind,
@@ -33,11 +36,14 @@ from durachat_infra.store.errors import (
 
 __all__ = [
     "MAIN_BRANCH",
+    "OPEN_TURN_STATUSES",
     "Conversation",
     "ConversationKey",
     "DatabaseUnavailableError",
     "FencedError",
     "FencedTransaction",
+    "IncidentRecord",
+    "OpenTurn",
     "Store",
     "StoreError",
     "StoredMessage",

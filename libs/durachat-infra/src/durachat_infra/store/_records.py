@@ -12,6 +12,9 @@ TurnKind = Literal["submit", "regenerate", "continuation", "programmatic"]
 TurnStatus = Literal["accepted", "running", "completed", "error", "aborted", "skipped"]
 """Where a turn is in its life."""
 
+OPEN_TURN_STATUSES: Final = ("accepted", "running")
+"""Statuses of a turn that has not ended (what recovery looks for)."""
+
 TURN_KINDS: Final[frozenset[str]] = frozenset(get_args(TurnKind))
 TURN_STATUSES: Final[frozenset[str]] = frozenset(get_args(TurnStatus))
 
@@ -122,3 +125,41 @@ class ToolCallRecord:
     status: str
     output: Any
     error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTurn:
+    """A turn that has not ended, with the conversation it belongs to (what the jobs service
+    checks for orphans).
+
+    Attributes:
+        conversation_id: the conversation's surrogate key.
+        key: the conversation's identity.
+        turn: the turn.
+    """
+
+    conversation_id: int
+    key: ConversationKey
+    turn: TurnRecord
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentRecord:
+    """A recovery incident as stored.
+
+    Attributes:
+        incident_id: `<root request id>:<latest user message id>`.
+        request_id: the turn being recovered.
+        status: `detected`, `scheduled`, `attempting`, `completed`, `skipped`, `exhausted` or
+            `failed`.
+        attempt: the current attempt (1-based).
+        data: the rest of the budget state (progress, timestamps, reason).
+        updated_at: when the record last changed.
+    """
+
+    incident_id: str
+    request_id: str
+    status: str
+    attempt: int
+    data: dict[str, Any]
+    updated_at: datetime

@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from datetime import datetime
 from operator import attrgetter
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, cast
 
-from sqlalchemy import Integer, Row, insert, literal_column, select, update
+from sqlalchemy import Integer, Row, delete, insert, literal_column, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
@@ -26,8 +27,11 @@ from durachat_infra.store._engine import (
 from durachat_infra.store._gate import WriteGate
 from durachat_infra.store._records import (
     MAIN_BRANCH,
+    OPEN_TURN_STATUSES,
     Conversation,
     ConversationKey,
+    IncidentRecord,
+    OpenTurn,
     StoredMessage,
     TurnKind,
     TurnRecord,
@@ -35,7 +39,8 @@ from durachat_infra.store._records import (
 )
 from durachat_infra.store._transaction import FencedTransaction, fence
 from durachat_infra.store.errors import FencedError, StoreError, UnknownTenantError
-from durachat_infra.store.models import Branch, Message, Tenant, Turn
+from durachat_infra.store._types import utcnow
+from durachat_infra.store.models import Branch, Message, RecoveryIncident, Tenant, Turn
 from durachat_infra.store.models import Conversation as ConversationRow
 
 logger = logging.getLogger(__name__)
@@ -265,36 +270,98 @@ class Store:
         async with self._read("get turn") as conn:
             row = (
                 await conn.execute(
+                    select(*_TURN_COLUMNS).where(
+                        Turn.conversation_id == conversation_id, Turn.request_id == request_id
+                    )
+                )
+            ).first()
+        return None if row is None else _turn_record(row)
+
+    async def open_turns(self, conversation_id: int) -> list[TurnRecord]:
+        """The conversation's turns that have not ended (`accepted` or `running`), oldest
+        first: after a new owner claims a conversation, the ones its former owner left."""
+        async with self._read("open turns") as conn:
+            rows = await conn.execute(
+                select(*_TURN_COLUMNS)
+                .where(
+                    Turn.conversation_id == conversation_id,
+                    Turn.status.in_(OPEN_TURN_STATUSES),
+                )
+                .order_by(Turn.id)
+            )
+            return [_turn_record(row) for row in rows]
+
+    async def all_open_turns(self, *, limit: int = 1000) -> list[OpenTurn]:
+        """Open turns of every conversation, oldest first (the orphan scan of the jobs
+        service; the `(status, heartbeat_at)` index serves it)."""
+        async with self._read("all open turns") as conn:
+            rows = await conn.execute(
+                select(
+                    *_TURN_COLUMNS,
+                    ConversationRow.id.label("conv_id"),
+                    ConversationRow.tenant_id,
+                    ConversationRow.agent,
+                    ConversationRow.name,
+                )
+                .join(ConversationRow, ConversationRow.id == Turn.conversation_id)
+                .where(Turn.status.in_(OPEN_TURN_STATUSES))
+                .order_by(Turn.id)
+                .limit(limit)
+            )
+            return [
+                OpenTurn(
+                    row.conv_id,
+                    ConversationKey(row.tenant_id, row.agent, row.name),
+                    _turn_record(row),
+                )
+                for row in rows
+            ]
+
+    async def heartbeat_turns(self, owner: str) -> int:
+        """Mark every open turn of `owner` as alive now; returns how many there are.
+
+        Not fenced: a heartbeat only says the process is alive. Whether it still owns a
+        conversation is the lease's business (the orphan scan checks both).
+        """
+        async with self._write("heartbeat turns") as conn:
+            result = await conn.execute(
+                update(Turn)
+                .where(Turn.owner == owner, Turn.status.in_(OPEN_TURN_STATUSES))
+                .values(heartbeat_at=utcnow())
+            )
+            return int(result.rowcount)
+
+    async def get_incident(self, conversation_id: int, incident_id: str) -> IncidentRecord | None:
+        """Return a recovery incident, or `None`."""
+        async with self._read("get incident") as conn:
+            row = (
+                await conn.execute(
                     select(
-                        Turn.request_id,
-                        Turn.kind,
-                        Turn.status,
-                        Turn.owner,
-                        Turn.epoch,
-                        Turn.message_id,
-                        Turn.request,
-                        Turn.stash,
-                        Turn.error,
-                        Turn.heartbeat_at,
-                        Turn.created_at,
-                    ).where(Turn.conversation_id == conversation_id, Turn.request_id == request_id)
+                        RecoveryIncident.incident_id,
+                        RecoveryIncident.request_id,
+                        RecoveryIncident.status,
+                        RecoveryIncident.attempt,
+                        RecoveryIncident.data,
+                        RecoveryIncident.updated_at,
+                    ).where(
+                        RecoveryIncident.conversation_id == conversation_id,
+                        RecoveryIncident.incident_id == incident_id,
+                    )
                 )
             ).first()
         if row is None:
             return None
-        return TurnRecord(
-            request_id=row.request_id,
-            kind=cast(TurnKind, row.kind),
-            status=cast(TurnStatus, row.status),
-            owner=row.owner,
-            epoch=row.epoch,
-            message_id=row.message_id,
-            request=row.request,
-            stash=row.stash,
-            error=row.error,
-            heartbeat_at=row.heartbeat_at,
-            created_at=row.created_at,
+        return IncidentRecord(
+            row.incident_id, row.request_id, row.status, row.attempt, row.data or {}, row.updated_at
         )
+
+    async def sweep_incidents(self, before: datetime) -> int:
+        """Delete recovery incidents untouched since `before`; returns how many."""
+        async with self._write("sweep incidents") as conn:
+            result = await conn.execute(
+                delete(RecoveryIncident).where(RecoveryIncident.updated_at < before)
+            )
+            return int(result.rowcount)
 
     async def load_request_context(
         self, conversation_id: int
@@ -399,3 +466,34 @@ async def _path(conn: AsyncConnection, leaf: ColumnElement[Any]) -> list[Row[Any
     # Ordered here rather than with ORDER BY: the database would sort whole rows, bodies
     # included (PostgreSQL spills long paths to disk), where sorting the depths is enough.
     return sorted(result, key=attrgetter("depth"), reverse=True)
+
+
+_TURN_COLUMNS = (
+    Turn.request_id,
+    Turn.kind,
+    Turn.status,
+    Turn.owner,
+    Turn.epoch,
+    Turn.message_id,
+    Turn.request,
+    Turn.stash,
+    Turn.error,
+    Turn.heartbeat_at,
+    Turn.created_at,
+)
+
+
+def _turn_record(row: Row[Any]) -> TurnRecord:
+    return TurnRecord(
+        request_id=row.request_id,
+        kind=cast(TurnKind, row.kind),
+        status=cast(TurnStatus, row.status),
+        owner=row.owner,
+        epoch=row.epoch,
+        message_id=row.message_id,
+        request=row.request,
+        stash=row.stash,
+        error=row.error,
+        heartbeat_at=row.heartbeat_at,
+        created_at=row.created_at,
+    )

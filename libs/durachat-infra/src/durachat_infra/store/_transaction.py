@@ -22,7 +22,14 @@ from durachat_infra.store._records import (
 )
 from durachat_infra.store._types import utcnow
 from durachat_infra.store.errors import FencedError, StoreError
-from durachat_infra.store.models import Branch, Conversation, Message, ToolExecution, Turn
+from durachat_infra.store.models import (
+    Branch,
+    Conversation,
+    Message,
+    RecoveryIncident,
+    ToolExecution,
+    Turn,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -398,6 +405,41 @@ class FencedTransaction:
                     status="error" if error is not None else "completed",
                     output=output,
                     error=error,
+                    updated_at=utcnow(),
+                )
+            )
+
+    async def save_incident(
+        self, incident_id: str, *, request_id: str, status: str, attempt: int, data: dict[str, Any]
+    ) -> None:
+        """Create or replace the recovery incident `incident_id`."""
+        async with self._op("save incident") as conn:
+            inserted = await conn.execute(
+                insert_new(
+                    conn,
+                    RecoveryIncident,
+                    ["conversation_id", "incident_id"],
+                    conversation_id=self.conversation_id,
+                    incident_id=incident_id,
+                    request_id=request_id,
+                    status=status,
+                    attempt=attempt,
+                    data=data,
+                ).returning(RecoveryIncident.id)
+            )
+            if inserted.first() is not None:
+                return
+            await conn.execute(
+                update(RecoveryIncident)
+                .where(
+                    RecoveryIncident.conversation_id == self.conversation_id,
+                    RecoveryIncident.incident_id == incident_id,
+                )
+                .values(
+                    request_id=request_id,
+                    status=status,
+                    attempt=attempt,
+                    data=data,
                     updated_at=utcnow(),
                 )
             )

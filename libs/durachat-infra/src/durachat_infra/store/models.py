@@ -39,6 +39,7 @@ __all__ = [
     "Branch",
     "Conversation",
     "Message",
+    "RecoveryIncident",
     "Tenant",
     "Turn",
 ]
@@ -200,3 +201,25 @@ class ToolExecution(_Timestamps, Base):
     error: Mapped[str | None]
     owner: Mapped[str | None]
     epoch: Mapped[int] = mapped_column(BigInteger)
+
+
+class RecoveryIncident(_Timestamps, Base):
+    """The budget state of a turn under crash recovery (DESIGN §9): attempts, progress and
+    how it ended. One row per incident; stale rows are swept by the jobs service."""
+
+    __tablename__ = "recovery_incidents"
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "incident_id"),
+        Index(None, "updated_at"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    incident_id: Mapped[str]
+    request_id: Mapped[str]
+    status: Mapped[str]
+    attempt: Mapped[int] = mapped_column(Integer)
+    data: Mapped[dict[str, Any] | None] = mapped_column(JSONText)

@@ -11,7 +11,7 @@ import secrets
 import string
 import uuid
 from collections import deque
-from collections.abc import Callable, Coroutine, Generator, Mapping
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
@@ -26,8 +26,17 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus
 
 from durachat.client.errors import ClientError
 from durachat.client.reply import Reply
+from durachat.client.tools import (
+    ToolCall,
+    ToolCallHook,
+    continues,
+    find_tool_call,
+    pending_tool_calls,
+    replace_part,
+)
 from durachat.messages import new_request_id
 from durachat.protocol import MessageType
+from durachat.tools import apply_tool_approval, apply_tool_result
 from durachat.types import JSONDict, UIMessage
 
 log = logging.getLogger(__name__)
@@ -37,6 +46,8 @@ _RECENT_REPLIES: Final = 512
 _HTTP_TIMEOUT: Final = 30.0
 _TURN_WAIT: Final = 60.0
 """How long a reply the server had not answered at a reconnect waits for its turn."""
+_FOLLOW_TURNS: Final = 8
+"""How many other turns a tool answer waits behind for its continuation to start."""
 
 
 def new_message_id() -> str:
@@ -195,6 +206,7 @@ class ChatClient:
         headers: Mapping[str, str] | None = None,
         on_frame: FrameHook | None = None,
         on_reply: ReplyHook | None = None,
+        on_tool_call: ToolCallHook | None = None,
         reconnect_attempts: int = 8,
         reconnect_max_delay: float = 5.0,
         open_timeout: float = 10.0,
@@ -213,6 +225,7 @@ class ChatClient:
         self._headers = dict(headers or {})
         self._on_frame = on_frame
         self._on_reply = on_reply
+        self._on_tool_call = on_tool_call
         self._reconnect_attempts = reconnect_attempts
         self._reconnect_max_delay = reconnect_max_delay
         self._open_timeout = open_timeout
@@ -236,6 +249,8 @@ class ChatClient:
         self._resume_lock = asyncio.Lock()
         self._last_op: Reply | _Probe | None = None
         self._transcript_version = 0
+        self._continuations = 0
+        self._last_continuation: Reply | None = None
 
     @classmethod
     def connect(
@@ -249,6 +264,7 @@ class ChatClient:
         load_history: bool = True,
         on_frame: FrameHook | None = None,
         on_reply: ReplyHook | None = None,
+        on_tool_call: ToolCallHook | None = None,
         reconnect_attempts: int = 8,
         reconnect_max_delay: float = 5.0,
         open_timeout: float = 10.0,
@@ -271,7 +287,13 @@ class ChatClient:
             on_frame: Called with every received frame, once the client has handled it (so
                 `messages` and the replies already reflect it).
             on_reply: Called with every reply this client did not start (another client's
-                request it observes, or a stream the server offers for resume).
+                request it observes, a stream the server offers for resume, a continuation).
+            on_tool_call: Answers client tool calls, like the AI SDK's `onToolCall`: called
+                for each call left in `input-available` by a reply this client sent (and by
+                the continuations that follow), with a `ToolCall`. Return the output to send
+                it with `add_tool_output`; return None to leave the call unanswered; raise to
+                send the exception's text with `add_tool_error`. `Reply.final()` follows the
+                continuations it causes.
             reconnect_attempts: Reconnect attempts after the socket drops before giving up.
             reconnect_max_delay: Upper bound of the backoff between attempts, in seconds.
             open_timeout: Timeout of each WebSocket handshake, in seconds.
@@ -294,6 +316,7 @@ class ChatClient:
                 headers=headers,
                 on_frame=on_frame,
                 on_reply=on_reply,
+                on_tool_call=on_tool_call,
                 reconnect_attempts=reconnect_attempts,
                 reconnect_max_delay=reconnect_max_delay,
                 open_timeout=open_timeout,
@@ -454,6 +477,227 @@ class ChatClient:
         await self._send({"type": MessageType.CHAT_CLEAR.value})
         self._clear_transcript()
 
+    # Tools
+
+    def pending_tool_calls(self) -> list[ToolCall]:
+        """Return the tool calls of the local transcript that wait for this client.
+
+        Returns:
+            The calls in `input-available` (client tools: answer with `add_tool_output` or
+            `add_tool_error`) and `approval-requested` (answer with `approve_tool`), oldest
+            first.
+        """
+        return pending_tool_calls(self.messages)
+
+    async def add_tool_output(
+        self,
+        tool_call_id: str,
+        output: Any,
+        *,
+        tool_name: str | None = None,
+        auto_continue: bool = True,
+        client_tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Reply | None:
+        """Answer a client tool call with its output (`cf_agent_tool_result`, PROTOCOL §3.6).
+
+        The part becomes `output-available` in `messages` at once; the server stores it and
+        sends `cf_agent_message_updated` to every tab. With `auto_continue`, the server then
+        continues the assistant message (a new turn whose chunks extend it); the reply of that
+        continuation is returned, like `send` returns the reply to a message. It waits only
+        while the server holds the continuation back: not when other calls of the same step
+        still wait for an answer (the answer to the last of them returns the continuation).
+
+        Args:
+            tool_call_id: The call's id (`ToolCall.tool_call_id`).
+            output: The tool's output, any JSON value.
+            tool_name: The tool's name; looked up in the transcript by default.
+            auto_continue: Let the server continue once every call of the step is answered
+                (the hook's `autoContinueAfterToolResult`).
+            client_tools: The schemas of the client's tools (`{name, description?,
+                parameters?}`), which replace the ones the server keeps for continuations.
+
+        Returns:
+            The continuation's reply, streaming; None if no continuation started.
+
+        Raises:
+            ClientError: the server's error (`unknown_tool_call` for a call the chat does not
+                have); `closed` if the client is closed.
+        """
+        frame = self._tool_result_frame(tool_call_id, tool_name, client_tools)
+        frame.update(output=output, autoContinue=auto_continue)
+        expected = self._apply_locally(
+            tool_call_id, lambda part: apply_tool_result(part, output=output)
+        )
+        return await self._answer(frame, continues=auto_continue and expected)
+
+    async def add_tool_error(
+        self,
+        tool_call_id: str,
+        error_text: str,
+        *,
+        tool_name: str | None = None,
+        client_tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Report that a client tool failed (`cf_agent_tool_result` with `output-error`).
+
+        The part becomes `output-error` with `errorText`. The server never continues after an
+        error: the client decides what happens next (send a message, say).
+
+        Args:
+            tool_call_id: The call's id.
+            error_text: What went wrong; shown to the user and to the model.
+            tool_name: The tool's name; looked up in the transcript by default.
+            client_tools: The schemas of the client's tools, as for `add_tool_output`.
+
+        Raises:
+            ClientError: the server's error (`unknown_tool_call`); `closed` if the client is
+                closed.
+        """
+        frame = self._tool_result_frame(tool_call_id, tool_name, client_tools)
+        frame.update(output=None, state="output-error", errorText=error_text, autoContinue=False)
+        self._apply_locally(
+            tool_call_id,
+            lambda part: apply_tool_result(part, state="output-error", error_text=error_text),
+        )
+        await self._answer(frame, continues=False)
+
+    async def approve_tool(
+        self, tool_call_id: str, approved: bool, *, auto_continue: bool = True
+    ) -> Reply | None:
+        """Answer an approval request (`cf_agent_tool_approval`, PROTOCOL §3.7).
+
+        The part becomes `approval-responded` (approved) or `output-denied` (refused). With
+        `auto_continue`, the server then continues: it runs an approved call and calls the
+        model again (a refused call is reported to the model as denied).
+
+        Args:
+            tool_call_id: The call's id (`ToolCall.tool_call_id`).
+            approved: The user's decision.
+            auto_continue: Let the server continue once every call of the step is answered.
+
+        Returns:
+            The continuation's reply, streaming; None if no continuation started.
+
+        Raises:
+            ClientError: the server's error (`unknown_tool_call`); `closed` if the client is
+                closed.
+        """
+        frame: JSONDict = {
+            "type": MessageType.TOOL_APPROVAL.value,
+            "toolCallId": tool_call_id,
+            "approved": approved,
+            "autoContinue": auto_continue,
+        }
+        expected = self._apply_locally(
+            tool_call_id, lambda part: apply_tool_approval(part, approved)
+        )
+        return await self._answer(frame, continues=auto_continue and expected)
+
+    def _tool_result_frame(
+        self,
+        tool_call_id: str,
+        tool_name: str | None,
+        client_tools: Sequence[Mapping[str, Any]] | None,
+    ) -> JSONDict:
+        if tool_name is None:
+            call = next(
+                (c for c in self.pending_tool_calls() if c.tool_call_id == tool_call_id), None
+            )
+            tool_name = call.tool_name if call is not None else None
+        frame: JSONDict = {"type": MessageType.TOOL_RESULT.value, "toolCallId": tool_call_id}
+        if tool_name is not None:
+            frame["toolName"] = tool_name
+        if client_tools:
+            frame["clientTools"] = [dict(t) for t in client_tools]
+        return frame
+
+    def _apply_locally(
+        self, tool_call_id: str, change: Callable[[JSONDict], JSONDict | None]
+    ) -> bool:
+        """Answer a call in the local transcript, as the hook does; return whether the server
+        will continue after it (as far as the local transcript tells)."""
+        where = find_tool_call(self.messages, tool_call_id)
+        if where is None:
+            return True  # the server knows better
+        index, part_index = where
+        updated = change(self.messages[index]["parts"][part_index])
+        if updated is not None:
+            self._set_messages(replace_part(self.messages, where, updated))
+        return continues(self.messages[index])
+
+    async def _answer(self, frame: JSONDict, *, continues: bool) -> Reply | None:
+        """Send a tool answer and return the continuation it starts, if it starts one."""
+        seen = self._continuations
+        if not continues:
+            # The probe still tells when the server has handled the answer, and its errors.
+            await self._probe(frame, pending_timeout=None)
+            return None
+        reply = await self._probe(frame)
+        for _ in range(_FOLLOW_TURNS):
+            if reply is None:
+                break
+            await reply._started()
+            if reply.continuation:
+                return self._tool_reply(reply)
+            # Another turn runs (or ran); the continuation is queued behind it.
+            await reply.wait()
+            reply = await self._probe()
+        if self._continuations > seen and self._last_continuation is not None:
+            # It ran so fast that it had ended before the server answered the probe.
+            return self._tool_reply(self._last_continuation)
+        return None
+
+    def _tool_reply(self, reply: Reply) -> Reply:
+        """A reply whose tool calls the `on_tool_call` hook answers (if there is a hook)."""
+        if self._on_tool_call is not None and reply._follow is None:
+            reply._follow = asyncio.get_running_loop().create_future()
+            self._spawn(self._answer_tool_calls(reply, reply._follow))
+        return reply
+
+    async def _answer_tool_calls(self, reply: Reply, follow: asyncio.Future[Reply | None]) -> None:
+        """Run the `on_tool_call` hook on the client tool calls a reply ended with."""
+        continuation: Reply | None = None
+        try:
+            if await reply.wait() != "completed" or self._on_tool_call is None:
+                return
+            hook = self._on_tool_call
+            message_id = reply.message_id
+            calls = [
+                call
+                for call in self.pending_tool_calls()
+                if call.state == "input-available" and call.message_id == message_id
+            ]
+            answers = await asyncio.gather(
+                *(self._call_hook(hook, call) for call in calls), return_exceptions=True
+            )
+            for call, answer in zip(calls, answers, strict=True):
+                if isinstance(answer, asyncio.CancelledError):
+                    raise answer
+                if isinstance(answer, BaseException):
+                    await self.add_tool_error(
+                        call.tool_call_id,
+                        str(answer) or type(answer).__name__,
+                        tool_name=call.tool_name,
+                    )
+                elif answer is not None:
+                    answered = await self.add_tool_output(
+                        call.tool_call_id, answer, tool_name=call.tool_name
+                    )
+                    continuation = answered or continuation
+        except ClientError as exc:
+            log.warning("chat %s: could not answer a tool call: %s", self.name, exc)
+        finally:
+            if not follow.done():
+                follow.set_result(continuation)
+
+    @staticmethod
+    async def _call_hook(hook: ToolCallHook, call: ToolCall) -> Any:
+        try:
+            return await hook(call)
+        except Exception:
+            log.info("on_tool_call failed for %s", call.tool_name, exc_info=True)
+            raise
+
     async def resume(
         self, *, answer_timeout: float = 5.0, pending_timeout: float = 60.0
     ) -> Reply | None:
@@ -476,11 +720,28 @@ class ChatClient:
             ClientError: the server's `durachat_error` for the request, or `disconnected` if
                 the socket dropped while waiting.
         """
+        return await self._probe(answer_timeout=answer_timeout, pending_timeout=pending_timeout)
+
+    async def _probe(
+        self,
+        before: JSONDict | None = None,
+        *,
+        answer_timeout: float = 5.0,
+        pending_timeout: float | None = 60.0,
+    ) -> Reply | None:
+        """Send `before` (if any), then a resume probe; see `resume`.
+
+        Server errors after `before` was sent are its errors (the probe is the operation they
+        belong to); they are raised. With `pending_timeout=None`, a pending turn is not waited
+        for (None is returned).
+        """
         async with self._resume_lock:
             probe = _Probe(new_request_id())
             self._probes[probe.probe_id] = probe
             self._last_op = probe
             try:
+                if before is not None:
+                    await self._send(before)
                 await self._send(
                     {"type": MessageType.STREAM_RESUME_REQUEST.value, "probeId": probe.probe_id},
                     stamp=partial(self._probe_sent.__setitem__, probe.probe_id),
@@ -493,6 +754,8 @@ class ChatClient:
                     except TimeoutError:
                         return self._take_offered()
                     if answer.kind == "pending":
+                        if pending_timeout is None:
+                            return None
                         wait = pending_timeout
                     elif answer.kind == "error":
                         raise answer.error or ClientError("disconnected", "the socket dropped")
@@ -557,7 +820,7 @@ class ChatClient:
         except BaseException:
             self._replies.pop(request_id, None)
             raise
-        return reply
+        return self._tool_reply(reply)
 
     async def _send(self, frame: JSONDict, *, stamp: Callable[[int], object] | None = None) -> None:
         """Send on the current socket, waiting through a reconnect.
@@ -784,8 +1047,12 @@ class ChatClient:
         seed = None
         if frame.get("continuation") is True and reply._needs_seed:
             seed = next((m for m in reversed(self.messages) if m.get("role") == "assistant"), None)
+        was_continuation = reply.continuation
         if reply._handle(frame, seed):
             self._merge(reply)
+        if reply.continuation and not was_continuation:
+            self._continuations += 1
+            self._last_continuation = reply
         if reply._gap:
             reply._gap = False
             reply._repair_requested = True
@@ -871,11 +1138,23 @@ class ChatClient:
                 op.error = error
 
     def _on_message_updated(self, frame: JSONDict) -> None:
+        """Replace the message with the same id, else the one with the same tool calls
+        (keeping its id); never append (PROTOCOL §3.8)."""
         message = frame.get("message")
         if not isinstance(message, dict):
             return
-        message_id = message.get("id")
-        self._set_messages([message if m.get("id") == message_id else m for m in self.messages])
+        ids = [m.get("id") for m in self.messages]
+        if message.get("id") in ids:
+            index = ids.index(message.get("id"))
+        else:
+            calls = _tool_call_ids(message)
+            index = next((i for i, m in enumerate(self.messages) if calls & _tool_call_ids(m)), -1)
+            if index < 0:
+                return
+            message = {**message, "id": self.messages[index].get("id")}
+        messages = list(self.messages)
+        messages[index] = message
+        self._set_messages(messages)
 
     async def _settle_from_history(self, reply: Reply, *, final: bool = False) -> None:
         """End a reply whose stream the server no longer had after a reconnect."""
@@ -967,6 +1246,15 @@ class ChatClient:
         task = asyncio.create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _tool_call_ids(message: UIMessage) -> set[str]:
+    parts = message.get("parts")
+    return {
+        part["toolCallId"]
+        for part in (parts if isinstance(parts, list) else [])
+        if isinstance(part, dict) and isinstance(part.get("toolCallId"), str)
+    }
 
 
 class Connecting:

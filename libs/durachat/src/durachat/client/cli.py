@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import threading
@@ -38,7 +39,8 @@ commands:
   /regenerate  answer the last message again
   /clear       delete the conversation (for everyone)
   /quit        leave (Ctrl-D works too)
-Ctrl-C stops a reply that is still coming."""
+Ctrl-C stops a reply that is still coming.
+A tool call that needs your approval is asked about (y/n) when the reply ends."""
 
 
 class _Loop:
@@ -141,7 +143,7 @@ def _one_shot(args: argparse.Namespace) -> int:
         client = loop.run(_connect(args))
         try:
             reply = loop.run(client.send(args.message))
-            outcome = _follow(loop, client, reply)
+            outcome = _follow_turn(loop, client, reply)
         finally:
             loop.run(client.close())
     finally:
@@ -190,7 +192,7 @@ def _run_line(loop: _Loop, client: ChatClient, line: str) -> None:
     if not line:
         return
     if not line.startswith("/"):
-        _follow(loop, client, loop.run(client.send(line)))
+        _follow_turn(loop, client, loop.run(client.send(line)))
         return
     command = line.split(maxsplit=1)[0].lower()
     if command == "/help":
@@ -201,9 +203,48 @@ def _run_line(loop: _Loop, client: ChatClient, line: str) -> None:
         loop.run(client.clear())
         _err("(conversation cleared)")
     elif command == "/regenerate":
-        _follow(loop, client, loop.run(client.regenerate()))
+        _follow_turn(loop, client, loop.run(client.regenerate()))
     else:
         _err(f"unknown command {command} (/help lists them)")
+
+
+def _follow_turn(loop: _Loop, client: ChatClient, reply: Reply) -> Outcome:
+    """Print a reply, then ask about the approvals it requests and print the continuations."""
+    outcome = _follow(loop, client, reply)
+    while outcome == "completed":
+        calls = [c for c in client.pending_tool_calls() if c.message_id == reply.message_id]
+        continuation = None
+        for call in calls:
+            if not call.needs_approval:
+                _err(f"(the tool {call.tool_name} waits for a result from the client)")
+                continue
+            approved = _ask_approval(call.tool_name, call.input)
+            if approved is None:
+                _err(f"(the tool {call.tool_name} still waits for an approval)")
+                return outcome
+            continuation = (
+                loop.run(client.approve_tool(call.tool_call_id, approved)) or continuation
+            )
+        if continuation is None:
+            return outcome
+        reply = continuation
+        outcome = _follow(loop, client, reply)
+    return outcome
+
+
+def _ask_approval(tool_name: str, tool_input: object) -> bool | None:
+    """Ask y/n on the terminal; None if there is no answer (end of input, Ctrl-C)."""
+    question = f"approve {tool_name} {json.dumps(tool_input)}? [y/n] "
+    while True:
+        try:
+            answer = input(question).strip().lower()
+        except (EOFError, KeyboardInterrupt):
+            _out("")
+            return None
+        if answer in ("y", "yes"):
+            return True
+        if answer in ("n", "no"):
+            return False
 
 
 def _follow(loop: _Loop, client: ChatClient, reply: Reply) -> Outcome:

@@ -56,8 +56,11 @@ class Reply:
 
     Attributes:
         request_id: The request id (the `id` of every response frame of the reply).
-        observed: True if another client started the request and this client follows it
-            (a broadcast, or a stream offered for resume).
+        observed: True if this client did not send the request and follows it: another
+            client's request (a broadcast), a stream offered for resume, or a continuation
+            (which the server starts, also after this client's tool results and approvals).
+        continuation: True if the reply continues an earlier assistant message (after tool
+            results or approvals): its chunks extend that message, under that message's id.
         outcome: `None` while the reply runs, then `"completed"`, `"aborted"` (cancelled),
             `"error"` or `"skipped"` (the server dropped the request without running it).
         error: The error the reply ended with, if any.
@@ -87,6 +90,8 @@ class Reply:
         self.error: ClientError | None = None
         self.replaying = False
         self.user_message_id = user_message_id
+        self.continuation = False
+        self._follow: asyncio.Future[Reply | None] | None = None
         self._canceller = canceller
         self._chunks: list[UIChunk] = []
         self._next_seq = 0
@@ -170,6 +175,25 @@ class Reply:
         message = await self.message()
         return message_text(message) if message is not None else ""
 
+    async def final(self) -> Reply:
+        """Wait for the reply and for the continuations the client's `on_tool_call` hook
+        started after it, and return the last of them.
+
+        With an `on_tool_call` hook, a reply that ends with client tool calls is answered by
+        the hook and continued by the server; this follows those continuations to the end.
+
+        Returns:
+            The last reply: this one if no hook answered a tool call of it.
+        """
+        reply = self
+        while True:
+            await reply.wait()
+            follow = reply._follow
+            following = await asyncio.shield(follow) if follow is not None else None
+            if following is None:
+                return reply
+            reply = following
+
     async def cancel(self) -> None:
         """Ask the server to cancel the request (`cf_agent_chat_request_cancel`)."""
         if self._canceller is not None and not self.done:
@@ -181,6 +205,11 @@ class Reply:
     def _needs_seed(self) -> bool:
         return self._accumulator is None
 
+    async def _started(self) -> None:
+        """Wait for the first chunk or the end."""
+        while not self._chunks and not self.done:
+            await asyncio.shield(self._wakeup)
+
     def _begin_replay(self, *, recovering: bool = False) -> None:
         self.replaying = True
         self._replayed_chunks = 0
@@ -189,6 +218,8 @@ class Reply:
     def _handle(self, frame: JSONDict, seed: UIMessage | None = None) -> bool:
         """Apply one `cf_agent_use_chat_response` frame; return True if the message changed."""
         self._received = True
+        if frame.get("continuation") is True:
+            self.continuation = True
         replay = frame.get("replay") is True
         body = frame.get("body")
         if frame.get("error") is True:

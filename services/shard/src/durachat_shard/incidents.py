@@ -1,0 +1,158 @@
+"""Recovery incidents of one conversation: budgets, their records and their events.
+
+An incident is one interrupted turn (its root request and the user message it answers) across
+every attempt to recover it, on whichever shard. Its budget state lives in SQL so the next
+owner after another crash counts on from it; every transition is published as a
+`chat:recovery:*` event.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from durachat.observability import emit
+from durachat.recovery import (
+    ChatRecovery,
+    Evaluation,
+    IncidentState,
+    RecoveryKind,
+    evaluate,
+)
+from durachat_infra.store import FencedTransaction, Store
+
+log = logging.getLogger(__name__)
+
+TOKEN_WINDOW = 3600
+"""Seconds of the per-tenant recovery token budget's window."""
+
+
+@dataclass(slots=True)
+class Incident:
+    """One incident being worked on."""
+
+    incident_id: str
+    request_id: str
+    root_request_id: str
+    kind: RecoveryKind
+    state: IncidentState
+    max_attempts: int
+
+    def payload(self, reason: str | None = None) -> dict[str, Any]:
+        """The payload of its `chat:recovery:*` events (PROTOCOL §9.9)."""
+        out: dict[str, Any] = {
+            "incidentId": self.incident_id,
+            "requestId": self.request_id,
+            "attempt": self.state.attempt,
+            "maxAttempts": self.max_attempts,
+            "recoveryKind": self.kind,
+        }
+        if reason is not None:
+            out["reason"] = reason
+        return out
+
+
+class Incidents:
+    """Opens, advances and closes the recovery incidents of one conversation."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        conversation_id: int,
+        tenant: str,
+        agent: str,
+        name: str,
+        config: ChatRecovery,
+        redis: Redis | None,
+        key_prefix: str,
+    ) -> None:
+        self._store = store
+        self._conversation_id = conversation_id
+        self._tenant = tenant
+        self._agent = agent
+        self._name = name
+        self.config = config
+        self._redis = redis
+        self._prefix = key_prefix
+
+    async def open(
+        self, incident_id: str, *, request_id: str, root: str, kind: RecoveryKind, progress: int
+    ) -> tuple[Incident, Evaluation]:
+        """Count one more attempt of `incident_id` and evaluate its budget; emits
+        `detected` (first sight) and `attempt`."""
+        stored = await self._store.get_incident(self._conversation_id, incident_id)
+        previous = None if stored is None else IncidentState.from_json(stored.attempt, stored.data)
+        evaluation = evaluate(previous, progress=progress, now=time.time(), config=self.config)
+        incident = Incident(
+            incident_id, request_id, root, kind, evaluation.state, self.config.max_attempts
+        )
+        if evaluation.first:
+            self.event("chat:recovery:detected", incident)
+        self.event("chat:recovery:attempt", incident)
+        return incident, evaluation
+
+    def record(
+        self, incident: Incident, status: str, reason: str | None = None
+    ) -> Callable[[FencedTransaction], Awaitable[None]]:
+        """A write (for the actor's fenced write chain) storing the incident's status."""
+        data = incident.state.to_json()
+        data.update(
+            {
+                "rootRequestId": incident.root_request_id,
+                "recoveryKind": incident.kind,
+                "reason": reason,
+            }
+        )
+
+        async def write(tx: FencedTransaction) -> None:
+            await tx.save_incident(
+                incident.incident_id,
+                request_id=incident.request_id,
+                status=status,
+                attempt=incident.state.attempt,
+                data=data,
+            )
+
+        return write
+
+    def event(self, kind: str, incident: Incident, reason: str | None = None) -> None:
+        """Publish a `chat:recovery:*` event."""
+        emit(
+            kind,
+            agent=self._agent,
+            name=self._name,
+            tenant=self._tenant,
+            payload=incident.payload(reason),
+        )
+
+    async def tenant_budget_spent(self) -> bool:
+        """Whether the tenant has used up its recovery tokens for this window."""
+        budget = self.config.tenant_token_budget
+        if budget is None or self._redis is None:
+            return False
+        used = await self._redis.get(self._budget_key())
+        return int(used or 0) >= budget
+
+    async def charge(self, text_chars: int) -> None:
+        """Count the tokens a recovered turn used against the tenant's budget (estimated at
+        four characters a token)."""
+        if self.config.tenant_token_budget is None or self._redis is None or text_chars <= 0:
+            return
+        key = self._budget_key()
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.incrby(key, max(1, text_chars // 4))
+            pipe.expire(key, TOKEN_WINDOW * 2)
+            await pipe.execute()
+        except Exception:
+            log.warning("could not count recovery tokens of tenant %s", self._tenant, exc_info=True)
+
+    def _budget_key(self) -> str:
+        window = int(time.time() // TOKEN_WINDOW)
+        return f"{self._prefix}:tenant:{self._tenant}:recovery-tokens:{window}"
