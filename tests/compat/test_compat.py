@@ -66,6 +66,19 @@ AGENTS = {
 }
 """The agent of each scenario that does not talk to the demo agent (support.agents,
 support.compat_agents; the test cluster serves both)."""
+KNOWN_SERVER_BUGS = {
+    "concurrency-merge": (
+        "the client does not show get-messages' transcript",
+        "durachat never sends the merged transcript to the tab that sent the messages (shard "
+        "actor `_accept`: `self.emit.messages(merged, exclude=requester)`), so that tab keeps "
+        "showing them unmerged; the reference persists the merged transcript with no connection "
+        "excluded (AIChatAgent._mergeQueuedUserMessages). The reply is also stored right after "
+        "the message it answers (`Transcript.put_reply` with the turn's anchor), while the client "
+        "(and the reference) put it after the messages typed meanwhile.",
+    ),
+}
+"""Scenarios that fail because of a known server bug: (start of the driver's reason, the bug).
+They are reported as xfail while they fail that way, and fail once they pass."""
 
 pytestmark = [
     pytest.mark.e2e,
@@ -86,6 +99,17 @@ def _dump_logs(cluster: LocalCluster) -> str:
     for path in sorted(log_dir.glob("*.log")):
         parts.append(f"----- {path.name} (tail) -----\n{path.read_text(errors='replace')[-3000:]}")
     return "\n".join(parts)
+
+
+def _reason(stdout: str) -> str:
+    """The driver's failure reason, or ""."""
+    for line in reversed(stdout.splitlines()):
+        try:
+            result = json.loads(line)
+        except ValueError:
+            continue
+        return str(result.get("reason", "")) if isinstance(result, dict) else ""
+    return ""
 
 
 def _explain(stdout: str) -> str:
@@ -128,7 +152,12 @@ async def test_real_client(cluster: LocalCluster, scenario: str) -> None:
         )
     stdout = stdout_b.decode(errors="replace")
     stderr = stderr_b.decode(errors="replace")
-    if process.returncode != 0:
+    known = KNOWN_SERVER_BUGS.get(scenario)
+    if known is not None:
+        if process.returncode == 0:
+            pytest.fail(f"scenario {scenario} passes now: remove it from KNOWN_SERVER_BUGS")
+        if _reason(stdout).startswith(known[0]):
+            pytest.xfail(f"known server bug: {known[1]}")
         pytest.fail(
             f"scenario {scenario} failed (exit {process.returncode})\n{_explain(stdout)}\n"
             f"stderr:\n{stderr[-4000:]}\n{_dump_logs(cluster)}",

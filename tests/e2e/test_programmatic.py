@@ -44,11 +44,11 @@ async def test_continue_last_turn_appends_to_the_last_reply(
     await a.send(request)
     await a.wait_done(request["id"])
     follow = await a.wait_for(lambda f: f.get("continuation") is True and f.get("done") is True)
-    assert a.text(follow["id"]) == "echo: more"
+    assert a.text(follow["id"]) == " (continued)"
     history = await get_messages(cluster.urls[0], AGENT, conversation)
     assert [m["role"] for m in history] == ["user", "assistant"]
     texts = [p["text"] for p in history[1]["parts"] if p["type"] == "text"]
-    assert "".join(texts).count("echo: more") == 2
+    assert "".join(texts) == "echo: more (continued)"
     await a.close()
 
 

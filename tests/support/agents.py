@@ -34,12 +34,25 @@ class DebounceAgent(ChatAgent):
     message_concurrency = {"strategy": "debounce", "debounce_ms": 300}
 
 
+CONTINUED: list[UIChunk] = [
+    {"type": "text-start", "id": "more"},
+    {"type": "text-delta", "id": "more", "delta": " (continued)"},
+    {"type": "text-end", "id": "more"},
+]
+
+
 class ProgrammaticAgent(ChatAgent):
     """Uses the programmatic API after its turns: `schedule:<text>` makes it save a new user
-    message `<text>` and run a turn on it; `more` makes it continue its last reply; a slow reply
+    message `<text>` and run a turn on it; `more` makes it continue its last reply (with the text
+` (continued)`); a slow reply
     asked with `abort-self` aborts itself after a few chunks."""
 
     async def on_chat_message(self, turn: Turn) -> AsyncIterator[UIChunk]:
+        if turn.continuation and _last_user_text(turn.messages) == "more":
+            # The model would add nothing to a finished reply (it continues a prefill).
+            for chunk in CONTINUED:
+                yield chunk
+            return
         count = 0
         async for chunk in self.stream_model(turn):
             yield chunk
@@ -78,3 +91,55 @@ def _last_user_text(messages: list[dict[str, Any]]) -> str:
                 str(p.get("text", "")) for p in message.get("parts", []) if p.get("type") == "text"
             )
     return ""
+
+
+class TurnStateAgent(ChatAgent):
+    """Drives `abort_all_requests` and `reset_turn_state` from a running turn: while a reply
+    streams, a user message `abort-all` or `reset-turns` sent behind it (so queued) makes it
+    call `abort_all_requests()` or `reset_turn_state()`, once, after its next chunk."""
+
+    async def on_chat_message(self, turn: Turn) -> AsyncIterator[UIChunk]:
+        known = {m.get("id") for m in turn.messages}
+        acted = False
+        async for chunk in self.stream_model(turn):
+            yield chunk
+            if acted:
+                continue
+            later = [
+                _text(m)
+                for m in self.messages
+                if m.get("role") == "user" and m.get("id") not in known
+            ]
+            if "abort-all" in later:
+                acted = True
+                self.abort_all_requests()
+            elif "reset-turns" in later:
+                acted = True
+                await self.reset_turn_state()
+
+
+def _text(message: dict[str, Any]) -> str:
+    return "".join(
+        str(p.get("text", "")) for p in message.get("parts", []) if p.get("type") == "text"
+    )
+
+
+class ParallelToolsAgent(ChatAgent):
+    """The demo agent, but `two-calls` makes it call the client tool `getLocation` twice in one
+    step (a parallel batch); the continuation after the results is the scripted model's."""
+
+    async def on_chat_message(self, turn: Turn) -> AsyncIterator[UIChunk]:
+        if turn.continuation or _last_user_text(turn.messages) != "two-calls":
+            async for chunk in self.stream_model(turn):
+                yield chunk
+            return
+        yield {"type": "start-step"}
+        for suffix in ("a", "b"):
+            yield {
+                "type": "tool-input-available",
+                "toolCallId": f"call_{turn.request_id}_{suffix}",
+                "toolName": "getLocation",
+                "input": {},
+            }
+        yield {"type": "finish-step"}
+        yield {"type": "finish", "finishReason": "tool-calls"}

@@ -100,10 +100,11 @@ class Conversations:
         the drain timeout to finish; the rest are checkpointed, released, and their new owners
         are asked to continue them at once."""
         self._draining = True
-        await cancel_and_wait(self._task)
+        # Leases stay renewed (and idle conversations released) while running turns finish.
         deadline = time.monotonic() + self._drain_timeout
         while any(h.actor.busy for h in self._held.values()) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+        await cancel_and_wait(self._task)
         handed: list[ConversationKey] = []
         for key, held in list(self._held.items()):
             if held.actor.busy and not held.actor.fenced:

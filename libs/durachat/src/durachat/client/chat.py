@@ -154,6 +154,13 @@ async def fetch_history(
 
 
 @dataclass(frozen=True, slots=True)
+class _Failed:
+    """What an `on_tool_call` hook raised: sent as the call's error."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class _ProbeAnswer:
     kind: Literal["resuming", "none", "pending", "error"]
     reply: Reply | None = None
@@ -667,17 +674,16 @@ class ChatClient:
                 for call in self.pending_tool_calls()
                 if call.state == "input-available" and call.message_id == message_id
             ]
-            answers = await asyncio.gather(
-                *(self._call_hook(hook, call) for call in calls), return_exceptions=True
+            answers = await asyncio.gather(*(self._call_hook(hook, call) for call in calls))
+            # Errors first: they never continue, so the last answer of a batch is an output,
+            # whose continuation then runs with every result.
+            ordered = sorted(
+                zip(calls, answers, strict=True), key=lambda pair: not isinstance(pair[1], _Failed)
             )
-            for call, answer in zip(calls, answers, strict=True):
-                if isinstance(answer, asyncio.CancelledError):
-                    raise answer
-                if isinstance(answer, BaseException):
+            for call, answer in ordered:
+                if isinstance(answer, _Failed):
                     await self.add_tool_error(
-                        call.tool_call_id,
-                        str(answer) or type(answer).__name__,
-                        tool_name=call.tool_name,
+                        call.tool_call_id, answer.text, tool_name=call.tool_name
                     )
                 elif answer is not None:
                     answered = await self.add_tool_output(
@@ -694,9 +700,9 @@ class ChatClient:
     async def _call_hook(hook: ToolCallHook, call: ToolCall) -> Any:
         try:
             return await hook(call)
-        except Exception:
+        except Exception as exc:
             log.info("on_tool_call failed for %s", call.tool_name, exc_info=True)
-            raise
+            return _Failed(str(exc) or type(exc).__name__)
 
     async def resume(
         self, *, answer_timeout: float = 5.0, pending_timeout: float = 60.0
