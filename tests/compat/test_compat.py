@@ -66,17 +66,7 @@ AGENTS = {
 }
 """The agent of each scenario that does not talk to the demo agent (support.agents,
 support.compat_agents; the test cluster serves both)."""
-KNOWN_SERVER_BUGS = {
-    "concurrency-merge": (
-        "the client does not show get-messages' transcript",
-        "durachat never sends the merged transcript to the tab that sent the messages (shard "
-        "actor `_accept`: `self.emit.messages(merged, exclude=requester)`), so that tab keeps "
-        "showing them unmerged; the reference persists the merged transcript with no connection "
-        "excluded (AIChatAgent._mergeQueuedUserMessages). The reply is also stored right after "
-        "the message it answers (`Transcript.put_reply` with the turn's anchor), while the client "
-        "(and the reference) put it after the messages typed meanwhile.",
-    ),
-}
+KNOWN_SERVER_BUGS: dict[str, tuple[str, str]] = {}
 """Scenarios that fail because of a known server bug: (start of the driver's reason, the bug).
 They are reported as xfail while they fail that way, and fail once they pass."""
 

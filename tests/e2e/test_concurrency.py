@@ -35,12 +35,9 @@ async def test_latest_skips_superseded_sends(
     assert client.chunks(str(r2["id"])) == []
     assert client.text(str(r3["id"])) == "echo: three"
     history = await get_messages(cluster.urls[0], agent, conversation)
-    assert [m["id"] for m in history][:1] + [m["id"] for m in history][2:4] == [
-        u1["id"],
-        u2["id"],
-        u3["id"],
-    ]
-    assert [m["role"] for m in history] == ["user", "assistant", "user", "user", "assistant"]
+    # Replies go at the end of the path, after the messages sent while they streamed.
+    assert [m["id"] for m in history][:3] == [u1["id"], u2["id"], u3["id"]]
+    assert [m["role"] for m in history] == ["user", "user", "user", "assistant", "assistant"]
     await client.close()
 
 
@@ -53,9 +50,9 @@ async def test_merge_collapses_the_sends_made_while_busy(
     await client.wait_done(str(r3["id"]))
     assert client.text(str(r3["id"])) == "echo: two\n\nthree"
     history = await get_messages(cluster.urls[0], "merge-agent", conversation)
-    assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]
-    assert history[2]["id"] == u3["id"]
-    assert history[2]["parts"] == [{"type": "text", "text": "two\n\nthree"}]
+    assert [m["role"] for m in history] == ["user", "user", "assistant", "assistant"]
+    assert history[1]["id"] == u3["id"]
+    assert history[1]["parts"] == [{"type": "text", "text": "two\n\nthree"}]
     await client.close()
 
 

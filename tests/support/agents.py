@@ -43,9 +43,9 @@ CONTINUED: list[UIChunk] = [
 
 class ProgrammaticAgent(ChatAgent):
     """Uses the programmatic API after its turns: `schedule:<text>` makes it save a new user
-    message `<text>` and run a turn on it; `more` makes it continue its last reply (with the text
-` (continued)`); a slow reply
-    asked with `abort-self` aborts itself after a few chunks."""
+    message `<text>` and run a turn on it; `more` makes it continue its last reply (with the
+    text ` (continued)`); a slow reply asked with `abort-self` aborts itself after a few
+    chunks."""
 
     async def on_chat_message(self, turn: Turn) -> AsyncIterator[UIChunk]:
         if turn.continuation and _last_user_text(turn.messages) == "more":

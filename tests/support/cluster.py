@@ -20,6 +20,15 @@ FAST_TIMING = {
 }
 
 
+AGENT_MODULES = (
+    "durachat.demo",
+    "support.agents",
+    "support.compat_agents",
+    "support.recovery_agents",
+)
+"""The agents every test cluster serves: the demo one and the test agents."""
+
+
 @contextmanager
 def running_cluster(
     tmp: Path,
@@ -41,8 +50,7 @@ def running_cluster(
         env={
             **FAST_TIMING,
             "DURACHAT_KEY_PREFIX": f"e{uuid.uuid4().hex[:8]}",
-            # The test agents (support.agents, support.compat_agents) beside the demo one.
-            "DURACHAT_AGENTS": "durachat.demo,support.agents,support.compat_agents",
+            "DURACHAT_AGENTS": ",".join(AGENT_MODULES),
             "PYTHONPATH": TESTS_DIR,
             **(env or {}),
         },

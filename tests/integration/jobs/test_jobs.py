@@ -8,7 +8,7 @@ from redis.asyncio import Redis
 
 from durachat_infra.jobs import ArqJobQueue
 from durachat_infra.keys import ClusterKeys
-from durachat_jobs.tasks import sweep_membership
+from durachat_jobs.tasks import JobDeps, sweep_membership
 
 
 async def test_sweep_removes_only_dead_shards(redis: Redis, key_prefix: str) -> None:
@@ -16,7 +16,7 @@ async def test_sweep_removes_only_dead_shards(redis: Redis, key_prefix: str) -> 
     now = time.time()
     await redis.zadd(keys.shards, {"dead": now - 60, "alive": now - 60, "fresh": now})
     await redis.set(keys.shard("alive"), "{}", px=5000)
-    ctx = {"durachat_redis": redis, "durachat_cluster_keys": keys, "durachat_shard_ttl": 2.0}
+    ctx = {"durachat": JobDeps(redis=redis, keys=keys, shard_ttl=2.0)}
     assert await sweep_membership(ctx) == 1
     assert set(await redis.zrange(keys.shards, 0, -1)) == {"alive", "fresh"}
 

@@ -13,7 +13,7 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
 from durachat.client import ChatClient, ClientError, ToolCall
-from durachat.client.tools import continues, pending_tool_calls
+from durachat.client.tools import pending_tool_calls, will_continue
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -288,8 +288,8 @@ def test_pending_tool_calls_and_batches() -> None:
     ]
     found = pending_tool_calls(messages)
     assert [(c.tool_call_id, c.message_id) for c in found] == [("call_1", "a1"), ("call_2", "a2")]
-    assert continues(messages[1])
-    assert not continues(messages[3])  # one answered, one still waiting
+    assert will_continue(messages[1])
+    assert not will_continue(messages[3])  # one answered, one still waiting
 
 
 async def test_on_tool_call_answers_and_final_follows() -> None:

@@ -56,7 +56,9 @@ async def stream_steps(
         abort: stops the loop (and the model stream) when set.
         max_steps: the most model calls one reply may make.
         continuation: the reply continues the last assistant message of `history` (after tool
-            results or approvals): tools the user approved there run first, then the model.
+            results or approvals, or after an interruption): tools the user approved there run
+            first, and server calls left without a result are settled through the ledger
+            (reusing a recorded output, reporting a call cut off mid-run), then the model.
         ledger: where server tool calls are recorded, so none runs twice (see
             `durachat.tools.ledger`).
         **litellm_kwargs: passed to every model call.
@@ -83,6 +85,16 @@ async def stream_steps(
                 "input": part.get("input"),
             }
             async for chunk in _execute(call, tools, reply, abort, ledger):
+                yield chunk
+        for part in _unsettled_server_calls(reply.parts, tools):
+            # A reply cut off while its server tools ran (a crash): the ledger says what
+            # became of each call, so none runs twice.
+            call = {
+                "toolCallId": part.get("toolCallId"),
+                "toolName": tool_part_name(part),
+                "input": part.get("input"),
+            }
+            async for chunk in _settle(call, tools, reply, abort, ledger):
                 yield chunk
         if awaiting_client:
             return
@@ -183,6 +195,19 @@ async def _settle(
         chunk = tools.unavailable(call_id, name).to_chunk()
         reply.apply(chunk)
         yield chunk
+
+
+def _unsettled_server_calls(parts: list[dict[str, Any]], tools: ToolSet) -> list[dict[str, Any]]:
+    """Server tool calls with their input but no result: they were running when the reply
+    was interrupted."""
+    out = []
+    for part in parts:
+        if part.get("state") != "input-available":
+            continue
+        tool = tools.get(tool_part_name(part) or "")
+        if tool is not None and not tool.is_client:
+            out.append(part)
+    return out
 
 
 def _tool_part(reply: StreamAccumulator, call_id: str) -> dict[str, Any] | None:

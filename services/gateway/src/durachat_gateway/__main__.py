@@ -17,20 +17,25 @@ def main() -> None:
         format=f"%(asctime)s {settings.gateway_id} %(levelname)s %(name)s: %(message)s",
     )
     from durachat_gateway.app import build_app
+    from durachat_infra.telemetry import configure_telemetry
 
+    shutdown_telemetry = configure_telemetry("durachat-gateway")
     print(
         f"gateway {settings.gateway_id} listening on http://{settings.host}:{settings.port}",
         flush=True,
     )
-    uvicorn.run(
-        build_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level="warning",
-        access_log=False,
-        ws_per_message_deflate=settings.ws_compression,
-        timeout_graceful_shutdown=5,
-    )
+    try:
+        uvicorn.run(
+            build_app(settings),
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            access_log=False,
+            ws_per_message_deflate=settings.ws_compression,
+            timeout_graceful_shutdown=5,
+        )
+    finally:
+        shutdown_telemetry()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import time
 
 from durachat.protocol import MessageType
 from durachat_gateway.connection import ClientConnection
@@ -28,6 +30,9 @@ from durachat_infra.keys import ConversationKeys
 log = logging.getLogger(__name__)
 
 RESPONSE = MessageType.USE_CHAT_RESPONSE.value
+
+RECOVERING_FRESH_MS = 15 * 60 * 1000
+"""How long a connecting client is told a turn is being recovered (the reference's 15 min)."""
 
 
 class Channel:
@@ -105,13 +110,24 @@ class Channel:
                     conn.pending_resume = None
 
     def greet(self, conn: ClientConnection) -> None:
-        """Frames a new connection gets first: the stream it can resume, if any."""
+        """Frames a new connection gets first: the stream it can resume, if any, else whether
+        a turn is being recovered."""
         if self.state.status == "streaming":
             conn.pending_resume = self.state.request
             conn.send_json({"type": MessageType.STREAM_RESUMING.value, "id": self.state.request})
         elif self.state.status == "pending":
             conn.parked = self.state.request
             conn.send_json({"type": MessageType.STREAM_PENDING.value, "id": self.state.request})
+        elif self.state.recovering and time.time() * 1000 - self.state.recovering_at < (
+            RECOVERING_FRESH_MS
+        ):
+            conn.send_json(
+                {
+                    "type": MessageType.CHAT_RECOVERING.value,
+                    "recovering": True,
+                    "id": self.state.recovering,
+                }
+            )
 
     def resume_request(self, conn: ClientConnection, probe_id: str | None) -> None:
         """Answer `cf_agent_stream_resume_request`."""
@@ -125,6 +141,9 @@ class Channel:
         elif state.status == "pending":
             conn.parked = state.request
             conn.send_json({"type": MessageType.STREAM_PENDING.value, "id": state.request, **probe})
+        elif (terminal := _terminal(state)) is not None:
+            # A turn recovery gave up on: the client is offered it, to be told how it ended.
+            conn.send_json({"type": MessageType.STREAM_RESUMING.value, "id": terminal[0], **probe})
         else:
             conn.send_json(
                 {"type": MessageType.STREAM_RESUME_NONE.value, "reason": "idle", **probe}
@@ -134,6 +153,10 @@ class Channel:
         """Answer `cf_agent_stream_resume_ack`: replay the stream, then go live."""
         conn.pending_resume = None
         state = self.state
+        terminal = _terminal(state)
+        if state.status != "streaming" and terminal is not None and terminal[0] == request_id:
+            await self._replay_terminal(conn, request_id, terminal[1])
+            return
         if (
             state.request != request_id
             or state.status not in ("streaming", "done")
@@ -193,12 +216,47 @@ class Channel:
                     **tail,
                 }
             )
+        self._go_live(conn, request_id, last)
+
+    async def _replay_terminal(self, conn: ClientConnection, request_id: str, text: str) -> None:
+        """Replay a turn that recovery gave up on: what it streamed, then its terminal error."""
+        conn.replaying = True
+        conn.buffer = []
+        try:
+            entries = await self._reader.read_range(self.keys, self.state.start or "-")
+        except Exception:
+            conn.replaying = False
+            conn.buffer = []
+            raise
+        last = entry_id_key(entries[-1].id) if entries else (0, 0)
+        for entry in entries:
+            if (
+                entry.request == request_id
+                and entry.kind is Kind.CHUNK
+                and is_for(entry.target, conn.id)
+            ):
+                conn.send(with_replay_flag(entry.frame))
+        conn.send_json(
+            {"body": text, "done": True, "error": True, "id": request_id, "type": RESPONSE}
+        )
+        self._go_live(conn, request_id, last)
+
+    def _go_live(self, conn: ClientConnection, request_id: str, last: tuple[int, int]) -> None:
+        """End a replay: send what arrived meanwhile that the replay did not cover."""
         conn.replayed = (request_id, last)
         for entry in conn.buffer:
             if not _already_replayed(conn, entry):
                 conn.send(entry.frame)
         conn.buffer = []
         conn.replaying = False
+
+
+def _terminal(state: StreamState) -> tuple[str, str] | None:
+    """The request id and message of the turn recovery last gave up on, if recorded."""
+    if not state.terminal:
+        return None
+    record = json.loads(state.terminal)
+    return str(record.get("req", "")), str(record.get("body", ""))
 
 
 def _already_replayed(conn: ClientConnection, entry: LogEntry) -> bool:

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 from arq import cron
 from arq.worker import Worker
 from redis.asyncio import Redis
 
+from durachat_infra.cluster import ClusterView
 from durachat_infra.jobs.arq_adapter import JOB_DESERIALIZER, JOB_SERIALIZER, arq_redis_settings
 from durachat_infra.keys import ClusterKeys
 from durachat_infra.settings import ClusterTiming, JobsSettings
-from durachat_jobs.tasks import sweep_membership
+from durachat_infra.store import Store, migrate
+from durachat_jobs.tasks import (
+    JobDeps,
+    close_abandoned_streams,
+    recover_orphans,
+    sweep_incidents,
+    sweep_membership,
+    trim_logs,
+)
 
 
 def queue_name(settings: JobsSettings) -> str:
@@ -19,20 +29,71 @@ def queue_name(settings: JobsSettings) -> str:
     return f"{settings.key_prefix}:jobs"
 
 
+def _every(seconds: int) -> set[int]:
+    """Cron seconds (or minutes) for a job that runs every `seconds` (1-60) seconds."""
+    step = max(1, min(60, seconds))
+    return set(range(0, 60, step))
+
+
 def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
     """An arq worker with durachat's jobs and schedules."""
 
     async def startup(ctx: dict[str, Any]) -> None:
-        ctx["durachat_redis"] = Redis.from_url(settings.redis_url, decode_responses=True)
-        ctx["durachat_cluster_keys"] = ClusterKeys(settings.key_prefix)
-        ctx["durachat_shard_ttl"] = timing.shard_ttl
+        await migrate(settings.database_url)
+        redis = Redis.from_url(settings.redis_url, decode_responses=True)
+        keys = ClusterKeys(settings.key_prefix)
+        view = ClusterView(redis, keys, refresh=timing.heartbeat_interval)
+        await view.start()
+        ctx["durachat"] = JobDeps(
+            redis=redis,
+            keys=keys,
+            shard_ttl=timing.shard_ttl,
+            store=Store.from_url(settings.database_url),
+            view=view,
+            http=httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=1.0)),
+            turn_stale_after=settings.turn_stale_after,
+            log_retention=settings.log_retention,
+            abandoned_stream_after=settings.abandoned_stream_after,
+            incident_retention=settings.incident_retention,
+        )
 
     async def shutdown(ctx: dict[str, Any]) -> None:
-        await ctx["durachat_redis"].aclose()
+        deps: JobDeps = ctx["durachat"]
+        if deps.view is not None:
+            await deps.view.stop()
+        if deps.http is not None:
+            await deps.http.aclose()
+        if deps.store is not None:
+            await deps.store.close()
+        await deps.redis.aclose()
 
+    retention = max(1, settings.retention_interval)
+    retention_cron: dict[str, Any] = (
+        {"second": {0}, "minute": _every(retention // 60)}
+        if retention >= 60
+        else {"second": _every(retention)}
+    )
+    functions = [
+        sweep_membership,
+        recover_orphans,
+        trim_logs,
+        close_abandoned_streams,
+        sweep_incidents,
+    ]
     return Worker(
-        functions=[sweep_membership],
-        cron_jobs=[cron(sweep_membership, second=set(range(0, 60, 10)), unique=True)],
+        functions=functions,
+        cron_jobs=[
+            cron(sweep_membership, second=_every(10), unique=True),
+            cron(
+                recover_orphans,
+                second=_every(settings.orphan_scan_interval),
+                unique=True,
+                run_at_startup=True,
+            ),
+            cron(trim_logs, unique=True, **retention_cron),
+            cron(close_abandoned_streams, unique=True, **retention_cron),
+            cron(sweep_incidents, unique=True, **retention_cron),
+        ],
         redis_settings=arq_redis_settings(settings.redis_url),
         queue_name=queue_name(settings),
         on_startup=startup,
@@ -40,4 +101,5 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
         job_serializer=JOB_SERIALIZER,
         job_deserializer=JOB_DESERIALIZER,
         handle_signals=True,
+        poll_delay=0.1,
     )

@@ -36,6 +36,7 @@ from durachat.tools import (
     apply_tool_approval,
     apply_tool_result,
     parallel_batch_incomplete,
+    pending_client_interaction,
     pending_interaction,
 )
 from durachat.types import JSONDict, UIChunk, UIMessage
@@ -53,8 +54,8 @@ from durachat_shard.concurrency import Concurrency, merge_user_messages
 from durachat_shard.emitter import Emitter
 from durachat_shard.incidents import Incident, Incidents
 from durachat_shard.ledger import SqlToolLedger
-from durachat_shard.requests import ChatRequest, FrameError, parse_chat_request, parse_messages
 from durachat_shard.recovery import RebuiltStream, Splice, rebuild_stream
+from durachat_shard.requests import ChatRequest, FrameError, parse_chat_request, parse_messages
 from durachat_shard.transcript import Change, Transcript
 
 log = logging.getLogger(__name__)
@@ -123,9 +124,7 @@ class _Interrupted:
         snapshot = dict(record.request or {})
         continuation = record.kind == "continuation" or bool(snapshot.get("continuation"))
         stash = record.stash.get("data") if isinstance(record.stash, dict) else None
-        return cls(
-            record.request_id, snapshot, continuation, stash, record.created_at.timestamp()
-        )
+        return cls(record.request_id, snapshot, continuation, stash, record.created_at.timestamp())
 
     @property
     def body(self) -> JSONDict | None:
@@ -402,8 +401,11 @@ class ConversationActor:
         elif submit and strategy == "merge" and self._merge_from is None:
             self._merge_from = len(self.transcript.messages)
         merged, change = self.transcript.persist(request.messages, truncate=True)
+        collapsed = False
         if overlapping and submit and strategy == "merge":
-            change.ops.extend(self._merge_tail().ops)
+            tail = self._merge_tail()
+            collapsed = bool(tail)
+            change.ops.extend(tail.ops)
 
         anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
         snapshot = _snapshot(request, anchor)
@@ -424,7 +426,11 @@ class ConversationActor:
         # The turn starts at once; the database catches up behind it.
         accepted = self._write_behind(record)
         self.agent.messages = self.transcript.messages
-        self.emit.messages(merged, exclude=requester)
+        if collapsed:
+            # The sender's own messages changed too: everyone gets the merged transcript.
+            self.emit.messages(self.transcript.messages)
+        else:
+            self.emit.messages(merged, exclude=requester)
         self._event(EventType.MESSAGE_REQUEST, {"requestId": request.request_id})
         queued = _QueuedTurn(request, requester, self._generation, anchor, accepted)
         if submit:
@@ -597,12 +603,8 @@ class ConversationActor:
     def _repair_before_turn(self, request: ChatRequest) -> None:
         """Settle tool calls a crash or an abandoned turn left without a result, so the model
         never sees a call without an answer; approvals and client calls still pending stay."""
-        client_names = {t.name for t in self.agent.tools if t.is_client}
-        client_names |= {
-            str(t.get("name")) for t in request.client_tools or [] if isinstance(t, dict)
-        }
         repaired, changed = repair_transcript(
-            self.transcript.messages, client_tool_names=client_names
+            self.transcript.messages, client_tool_names=self._client_tools(request.client_tools)
         )
         if not changed:
             return
@@ -708,8 +710,9 @@ class ConversationActor:
             sealed = "recovery_aborted"
         if sealed is None and await self._incidents.tenant_budget_spent():
             sealed = "tenant_budget_exceeded"
-        store_partial = self._store_partial(partial, anchor)
-        if partial is not None and pending_interaction(parts):
+        store_partial = self._store_partial(partial)
+        waiting = self._client_tools(interrupted.client_tools)
+        if partial is not None and pending_client_interaction(parts, waiting):
             # Waiting for a human is not a failure: park the turn where it stands.
             await self._write(
                 _chain(
@@ -718,9 +721,7 @@ class ConversationActor:
                     self._incidents.record(incident, "skipped", "awaiting_client_interaction"),
                 )
             )
-            self._incidents.event(
-                "chat:recovery:skipped", incident, "awaiting_client_interaction"
-            )
+            self._incidents.event("chat:recovery:skipped", incident, "awaiting_client_interaction")
             self.emit.terminal(
                 request_id,
                 outcome=None,
@@ -830,12 +831,12 @@ class ConversationActor:
         return head if partial is None else [*head, copy.deepcopy(partial)]
 
     def _store_partial(
-        self, partial: UIMessage | None, anchor: str | None
+        self, partial: UIMessage | None
     ) -> Callable[[FencedTransaction], Awaitable[None]] | None:
         """Put a partial reply in the transcript; returns the write that stores it."""
         if partial is None:
             return None
-        change = self.transcript.put_reply(copy.deepcopy(partial), anchor=anchor)
+        change = self.transcript.put_reply(copy.deepcopy(partial), anchor=None)
         return change.apply
 
     def _settle_turn(
@@ -967,6 +968,12 @@ class ConversationActor:
             with contextlib.suppress(Exception):
                 await self._last_write
         await self.emit.flush()
+
+    def _client_tools(self, schemas: list[JSONDict] | None) -> set[str]:
+        """Names of the tools the client resolves: the agent's client tools and the
+        request's dynamic ones."""
+        names = {t.name for t in self.agent.tools if t.is_client}
+        return names | {str(t.get("name")) for t in schemas or [] if isinstance(t, dict)}
 
     # The programmatic API (`durachat.agent.AgentHost`).
 
@@ -1315,7 +1322,7 @@ class ConversationActor:
                     if out["type"] == "tool-approval-request":
                         # Stored at once, so a reload shows the approval to answer.
                         snapshot = copy.deepcopy(assembler.message)
-                        change = self.transcript.put_reply(snapshot, anchor=queued.anchor)
+                        change = self.transcript.put_reply(snapshot, anchor=None)
                         self._write_behind(change.apply)
                 if assembler.error_text is not None:
                     return
@@ -1372,8 +1379,9 @@ class ConversationActor:
         reply = assembler.message
         cleared = queued.generation != self._generation
         stored = assembler.has_parts and not cleared
-        anchor = queued.anchor
-        change = self.transcript.put_reply(reply, anchor=anchor) if stored else None
+        # A reply goes at the end of the path, after any message sent while it streamed: that
+        # is where every client (and the reference) shows it, live and after a reload.
+        change = self.transcript.put_reply(reply, anchor=None) if stored else None
 
         trimmed = self._trim()
 

@@ -102,7 +102,7 @@ class Conversations:
         self._draining = True
         # Leases stay renewed (and idle conversations released) while running turns finish.
         deadline = time.monotonic() + self._drain_timeout
-        while any(h.actor.busy for h in self._held.values()) and time.monotonic() < deadline:
+        while any(h.actor.busy for h in self._held.values()) and time.monotonic() < deadline:  # noqa: ASYNC110 - "busy" spans many actors and queues
             await asyncio.sleep(0.05)
         await cancel_and_wait(self._task)
         handed: list[ConversationKey] = []

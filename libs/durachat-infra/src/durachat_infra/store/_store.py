@@ -38,8 +38,8 @@ from durachat_infra.store._records import (
     TurnStatus,
 )
 from durachat_infra.store._transaction import FencedTransaction, fence
-from durachat_infra.store.errors import FencedError, StoreError, UnknownTenantError
 from durachat_infra.store._types import utcnow
+from durachat_infra.store.errors import FencedError, StoreError, UnknownTenantError
 from durachat_infra.store.models import Branch, Message, RecoveryIncident, Tenant, Turn
 from durachat_infra.store.models import Conversation as ConversationRow
 

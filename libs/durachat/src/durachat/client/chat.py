@@ -29,10 +29,10 @@ from durachat.client.reply import Reply
 from durachat.client.tools import (
     ToolCall,
     ToolCallHook,
-    continues,
     find_tool_call,
     pending_tool_calls,
     replace_part,
+    will_continue,
 )
 from durachat.messages import new_request_id
 from durachat.protocol import MessageType
@@ -190,8 +190,13 @@ class ChatClient:
     One reader task receives every frame. It keeps `messages` (the local transcript) in step
     with the server: the client's own user messages, the assistant messages of every streamed
     reply (own or observed), `cf_agent_chat_messages` broadcasts (which replace the transcript
-    but keep in-flight replies) and `cf_agent_chat_clear`. When the socket drops, it reconnects
-    with the same connection id (`_pk`), with bounded exponential backoff, then resumes.
+    but keep in-flight replies), `cf_agent_message_updated` and `cf_agent_chat_clear`. When the
+    socket drops, it reconnects with the same connection id (`_pk`), with bounded exponential
+    backoff, then resumes.
+
+    Tool calls waiting for the client (`pending_tool_calls`) are answered with
+    `add_tool_output`, `add_tool_error` and `approve_tool`, which return the reply of the
+    continuation the server starts; an `on_tool_call` hook answers client tools by itself.
 
     Attributes:
         base_url: The server's base URL.
@@ -535,7 +540,7 @@ class ChatClient:
         expected = self._apply_locally(
             tool_call_id, lambda part: apply_tool_result(part, output=output)
         )
-        return await self._answer(frame, continues=auto_continue and expected)
+        return await self._answer(frame, expected=auto_continue and expected)
 
     async def add_tool_error(
         self,
@@ -566,7 +571,7 @@ class ChatClient:
             tool_call_id,
             lambda part: apply_tool_result(part, state="output-error", error_text=error_text),
         )
-        await self._answer(frame, continues=False)
+        await self._answer(frame, expected=False)
 
     async def approve_tool(
         self, tool_call_id: str, approved: bool, *, auto_continue: bool = True
@@ -598,7 +603,7 @@ class ChatClient:
         expected = self._apply_locally(
             tool_call_id, lambda part: apply_tool_approval(part, approved)
         )
-        return await self._answer(frame, continues=auto_continue and expected)
+        return await self._answer(frame, expected=auto_continue and expected)
 
     def _tool_result_frame(
         self,
@@ -630,12 +635,12 @@ class ChatClient:
         updated = change(self.messages[index]["parts"][part_index])
         if updated is not None:
             self._set_messages(replace_part(self.messages, where, updated))
-        return continues(self.messages[index])
+        return will_continue(self.messages[index])
 
-    async def _answer(self, frame: JSONDict, *, continues: bool) -> Reply | None:
+    async def _answer(self, frame: JSONDict, *, expected: bool) -> Reply | None:
         """Send a tool answer and return the continuation it starts, if it starts one."""
         seen = self._continuations
-        if not continues:
+        if not expected:
             # The probe still tells when the server has handled the answer, and its errors.
             await self._probe(frame, pending_timeout=None)
             return None

@@ -97,6 +97,10 @@ def _waiting_call(part: object, message_id: str) -> ToolCall | None:
 def find_tool_call(messages: list[UIMessage], tool_call_id: str) -> tuple[int, int] | None:
     """Locate a tool part by its call id, newest message first.
 
+    Args:
+        messages: The transcript.
+        tool_call_id: The call's id.
+
     Returns:
         (message index, part index), or None if no assistant message has the call.
     """
@@ -114,7 +118,16 @@ def find_tool_call(messages: list[UIMessage], tool_call_id: str) -> tuple[int, i
 def replace_part(
     messages: list[UIMessage], where: tuple[int, int], part: UIPart
 ) -> list[UIMessage]:
-    """Return a copy of the transcript with one part replaced (the messages are not mutated)."""
+    """Return a copy of the transcript with one part replaced; the messages are not mutated.
+
+    Args:
+        messages: The transcript.
+        where: (message index, part index), as `find_tool_call` returns.
+        part: The new part.
+
+    Returns:
+        A new list, with a new message at the message index.
+    """
     index, part_index = where
     parts = list(messages[index]["parts"])
     parts[part_index] = part
@@ -123,11 +136,17 @@ def replace_part(
     return updated
 
 
-def continues(message: UIMessage) -> bool:
-    """Whether the server continues after an answer that left `message` as it is now.
+def will_continue(message: UIMessage) -> bool:
+    """Tell whether the server continues after an answer that left `message` as it is now.
 
     The server holds the continuation back while a parallel batch of calls is only partly
     answered (PROTOCOL §8.3).
+
+    Args:
+        message: The assistant message holding the answered call.
+
+    Returns:
+        False while another call of the message still waits for an answer.
     """
     parts = message.get("parts")
     return not parallel_batch_incomplete(parts if isinstance(parts, list) else [])

@@ -12,10 +12,11 @@ Call it through litellm like any other model, with the model string `durachat/sc
 * exactly `sure` (any case): one delta, `Sure`;
 * contains `slow`: 50 deltas `s00 ` ... `s49 `, `SLOW_INTERVAL` apart;
 * contains `error`: the delta `partial `, then a provider error (HTTP 500 to litellm);
-* has the word `stall` (whitespace-separated; `install` does not count): the same 50 deltas as `slow`, `SLOW_INTERVAL` apart, but without a prefill
-  (below) it goes silent after `STALL_AFTER` (10) deltas, `s00 ` ... `s09 `: it sends nothing
-  more, not even a finish, and waits until the call is cancelled or the stream closed (for
-  exercising stall watchdogs);
+* has the word `stall` (whitespace-separated; `install` does not count): the same 50 deltas
+  as `slow`, `SLOW_INTERVAL` apart, but without a prefill (below) it goes silent after
+  `STALL_AFTER` (10) deltas, `s00 ` ... `s09 `: it sends nothing more, not even a finish,
+  and waits until the call is cancelled or the stream closed (for exercising stall
+  watchdogs);
 * anything else: `echo: <text>` split after each space (`echo: `, `hello `, `world`),
   `ECHO_INTERVAL` apart.
 
