@@ -1,5 +1,6 @@
 """When a continuation runs, and what the stream state tells tabs meanwhile (PROTOCOL §3.6,
-§8.3): the server bugs found while testing the client's tool API, as strict xfails."""
+§8.3): a dropped continuation ends its pending state; a batch completed by any result
+continues."""
 
 from __future__ import annotations
 
@@ -13,14 +14,6 @@ from support.wsclient import WsClient, chat_request, get_messages, user_message
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug: ConversationActor._fire_continuation drops a continuation whose transcript "
-        "no longer ends with an assistant message without ending the `pending` stream state it "
-        "announced, so tabs stay parked and new tabs are told a stream is pending"
-    ),
-)
 async def test_a_dropped_continuation_leaves_no_pending_stream(
     cluster: LocalCluster, conversation: str
 ) -> None:
@@ -64,15 +57,6 @@ async def test_a_dropped_continuation_leaves_no_pending_stream(
     await b.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug: ConversationActor._tool_result schedules a continuation only for a result "
-        "with autoContinue (and never for an error); PROTOCOL §3.6 re-arms a pending "
-        "continuation's batch barrier otherwise, so a batch completed by an error (which the "
-        "hook always sends without autoContinue) stays parked and never continues"
-    ),
-)
 async def test_an_error_completing_a_parallel_batch_continues_it(
     cluster: LocalCluster, conversation: str
 ) -> None:

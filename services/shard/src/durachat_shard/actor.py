@@ -487,8 +487,11 @@ class ConversationActor:
         self._event(
             EventType.TOOL_RESULT, {"toolCallId": call_id, "toolName": frame.get("toolName")}
         )
-        # A failed client tool never continues on its own (the client decides what next).
-        if frame.get("autoContinue") is True and state != "output-error":
+        # A failed client tool never continues on its own (the client decides what next); but
+        # any result may complete a batch whose continuation an earlier result asked for.
+        if (frame.get("autoContinue") is True and state != "output-error") or (
+            self._continuation is not None
+        ):
             self._schedule_continuation(requester)
 
     async def _tool_approval(self, requester: str, frame: JSONDict) -> None:
@@ -558,7 +561,8 @@ class ConversationActor:
             return
         last = self.transcript.messages[-1] if self.transcript.messages else None
         if last is None or last.get("role") != "assistant":
-            self._continuation = None
+            # Nothing to continue any more: end the pending state it announced.
+            self._drop_continuation()
             return
         if parallel_batch_incomplete(last.get("parts") or []):
             return  # the last result of the batch re-arms it
@@ -1097,16 +1101,21 @@ class ConversationActor:
             self._active[1].set()
 
     async def reset_turn_state(self) -> None:
-        """See `Agent.reset_turn_state`."""
-        self._generation += 1
+        """See `Agent.reset_turn_state`. The aborted reply is stored, as after a cancel."""
         self.abort_all_requests()
         while not self._turns.empty():
             await self._skip(self._turns.get_nowait())
-        if self._continuation is not None:
-            if self._continuation.timer is not None:
-                self._continuation.timer.cancel()
-            self.emit.idle(self._continuation.request_id)
-            self._continuation = None
+        self._drop_continuation()
+
+    def _drop_continuation(self) -> None:
+        """Forget a scheduled continuation, ending the pending state it announced."""
+        pending, self._continuation = self._continuation, None
+        if pending is None:
+            return
+        if pending.timer is not None:
+            pending.timer.cancel()
+        if self._active is None and self._turns.empty():
+            self.emit.idle(pending.request_id)
 
     def _remember(self, request_id: str) -> None:
         self._recent[request_id] = None
@@ -1137,6 +1146,7 @@ class ConversationActor:
         while not self._turns.empty():
             skipped = self._turns.get_nowait()
             await self._skip(skipped)
+        self._drop_continuation()
         await self._write(self.transcript.clear().apply)
         self.agent.messages = []
         self.emit.clear(exclude=connection_id)
@@ -1158,6 +1168,8 @@ class ConversationActor:
             continuation=False,
             streamed=False,
             target=only(queued.requester),
+            # While another turn streams, the stream state stays that turn's.
+            change_state=self._active is None,
         )
 
     async def _turn_loop(self) -> None:

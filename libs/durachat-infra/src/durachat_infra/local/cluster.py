@@ -67,19 +67,25 @@ class LocalCluster:
         for _ in range(self.jobs):
             self._spawn("jobs", "jobs-1", "durachat_jobs", {})
         for i in range(self.gateways):
-            port = self.port if i == 0 else free_port()
-            self.gateway_ports.append(port)
-            self._spawn(
-                "gateway",
-                f"gw-{i + 1}",
-                "durachat_gateway",
-                {"PORT": str(port), "DURACHAT_GATEWAY_ID": f"gw-{i + 1}"},
-            )
+            self.spawn_gateway(f"gw-{i + 1}", self.port if i == 0 else free_port())
         self.wait_ready(timeout)
 
     def spawn_shard(self, shard_id: str) -> Process:
         """Start one more shard."""
         return self._spawn("shard", shard_id, "durachat_shard", {"DURACHAT_SHARD_ID": shard_id})
+
+    def spawn_gateway(self, gateway_id: str, port: int | None = None) -> Process:
+        """Start a gateway on `port` (a free one if None), e.g. again on the port of one that
+        died; a port not yet among `gateway_ports` is added to them (and to `urls`)."""
+        port = port or free_port()
+        if port not in self.gateway_ports:
+            self.gateway_ports.append(port)
+        return self._spawn(
+            "gateway",
+            gateway_id,
+            "durachat_gateway",
+            {"PORT": str(port), "DURACHAT_GATEWAY_ID": gateway_id},
+        )
 
     def base_env(self) -> dict[str, str]:
         """Environment every child gets."""

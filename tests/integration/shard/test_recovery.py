@@ -1,0 +1,162 @@
+"""A turn interrupted on one owner is recovered by the next, in-process, on real Redis and SQL.
+
+The first owner's actor is torn down mid-reply the way a crash leaves things: its tasks die,
+nothing is settled, its lease is gone. The second owner activates the conversation as a shard
+does (lease, epoch claim, transcript from SQL) and recovers the turn. The `chat:recovery:*`
+events are read from an in-memory OpenTelemetry exporter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from durachat.demo import ChatAgent
+from durachat.messages import sanitize_message
+from durachat.observability import subscribe
+from durachat_infra.cluster import Leases
+from durachat_infra.eventlog import Kind, LogEntry, LogWriter, read_range
+from durachat_infra.keys import ClusterKeys, ConversationKeys, conversation_tag
+from durachat_infra.store import ConversationKey, Store, migrate
+from durachat_shard.actor import ConversationActor
+from durachat_shard.emitter import Emitter
+from durachat_shard.transcript import Transcript
+from support.telemetry import recorded_events
+from support.waiting import eventually
+
+pytestmark = pytest.mark.timeout(60)
+
+KEY = ConversationKey("default", "chat-agent", "recovered")
+SLOW_TEXT = "".join(f"s{i:02d} " for i in range(50))
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
+    await migrate(url)
+    async with Store.from_url(url) as opened:
+        yield opened
+
+
+async def _host(
+    redis: Redis, store: Store, prefix: str, shard_id: str
+) -> tuple[ConversationActor, LogWriter]:
+    """Activate the conversation the way a shard does, recovering what was left open."""
+    keys = ConversationKeys(prefix, conversation_tag(KEY.tenant, KEY.agent, KEY.name))
+    grant = await Leases(redis, ClusterKeys(prefix), shard_id, 30.0).acquire(keys)
+    conversation = await store.get_or_create_conversation(KEY)
+    await store.claim(conversation.id, grant.epoch)
+    stored = await store.load_path(conversation.id)
+    writer = LogWriter(redis, owner=shard_id)
+    agent = ChatAgent(KEY.name)
+    actor = ConversationActor(
+        conversation_id=conversation.id,
+        key=KEY,
+        epoch=grant.epoch,
+        shard_id=shard_id,
+        agent=agent,
+        transcript=Transcript([(m.pk, m.message) for m in stored], sanitize=sanitize_message),
+        store=store,
+        emitter=Emitter(writer, keys, redis),
+    )
+    agent.host = actor
+    await actor.recover(await store.open_turns(conversation.id))
+    actor.start()
+    return actor, writer
+
+
+def _chunks(entries: list[LogEntry], request_id: str) -> list[dict[str, object]]:
+    return [
+        json.loads(e.frame)
+        for e in entries
+        if e.kind is Kind.CHUNK and e.request == request_id and "error" not in json.loads(e.frame)
+    ]
+
+
+async def test_the_next_owner_continues_an_interrupted_reply(
+    redis: Redis, store: Store, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DURACHAT_SCRIPTED_DELAY_SCALE", "0.2")
+    keys = ConversationKeys(key_prefix, conversation_tag(KEY.tenant, KEY.agent, KEY.name))
+    seen: list[str] = []
+    unsubscribe = subscribe("agents:chat", lambda event: seen.append(event.type))
+    with recorded_events() as (_, exporter):
+        first, first_writer = await _host(redis, store, key_prefix, "shard-a")
+        request = {
+            "type": "cf_agent_use_chat_request",
+            "id": "req-1",
+            "init": {
+                "method": "POST",
+                "body": json.dumps(
+                    {
+                        "messages": [
+                            {
+                                "id": "u1",
+                                "role": "user",
+                                "parts": [{"type": "text", "text": "slow"}],
+                            }
+                        ]
+                    }
+                ),
+            },
+        }
+        await first.submit("conn-1", request)
+
+        async def some_streamed() -> bool:
+            return len(_chunks(await read_range(redis, keys), "req-1")) >= 8
+
+        await eventually(some_streamed, timeout=20)
+        # The crash: the owner's tasks die mid-reply, nothing is settled, the lease lapses.
+        for task in first._tasks:
+            task.cancel()
+        await asyncio.gather(*first._tasks, return_exceptions=True)
+        await first_writer.flush()
+        await redis.delete(keys.lease)
+
+        second, _ = await _host(redis, store, key_prefix, "shard-b")
+
+        async def ended() -> bool:
+            entries = await read_range(redis, keys)
+            return any(e.kind is Kind.TERMINAL and e.request == "req-1" for e in entries)
+
+        await eventually(ended, timeout=30)
+        await second.stop()
+    unsubscribe()
+
+    frames = _chunks(await read_range(redis, keys), "req-1")
+    assert [f["seq"] for f in frames] == list(range(len(frames)))
+    bodies = [json.loads(str(f["body"])) for f in frames]
+    text = "".join(str(b["delta"]) for b in bodies if b["type"] == "text-delta")
+    assert text == SLOW_TEXT
+    conversation = await store.get_or_create_conversation(KEY)
+    messages = [m.message for m in await store.load_path(conversation.id)]
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert "".join(p.get("text", "") for p in messages[1]["parts"]) == SLOW_TEXT
+    turn = await store.get_turn(conversation.id, "req-1")
+    assert turn is not None and turn.status == "completed" and turn.owner == "shard-b"
+
+    events = [
+        s.attributes
+        for s in exporter.get_finished_spans()
+        if s.attributes and str(s.attributes.get("durachat.event.type", "")).startswith("chat:")
+    ]
+    kinds = [e["durachat.event.type"] for e in events]
+    assert kinds == [
+        "chat:recovery:detected",
+        "chat:recovery:attempt",
+        "chat:recovery:scheduled",
+        "chat:recovery:completed",
+    ]
+    # The same events reach in-process subscribers.
+    assert seen == kinds
+    for event in events:
+        assert event["durachat.payload.requestId"] == "req-1"
+        assert event["durachat.payload.incidentId"] == "req-1:u1"
+        assert event["durachat.payload.recoveryKind"] == "continue"
+        assert event["durachat.payload.attempt"] == 1
+        assert event["durachat.conversation"] == KEY.name
