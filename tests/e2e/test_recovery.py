@@ -254,3 +254,41 @@ async def test_on_chat_recovery_can_drop_and_stop(cluster: LocalCluster) -> None
     history = await get_messages(cluster.urls[0], agent, name)
     assert [m["role"] for m in history] == ["user"]
     await client.close()
+
+
+async def test_a_resume_cursor_stays_valid_across_the_failover(cluster: LocalCluster) -> None:
+    name = f"cursor-{time.time_ns()}"
+    pk = f"tab-{time.time_ns()}"
+    first = await WsClient.connect(cluster.urls[0], AGENT, name, pk=pk, cursor="")
+    request = chat_request([user_message("slow, with a cursor")])
+    rid = str(request["id"])
+    await first.send(request)
+    await first.wait_for(lambda f: f.get("id") == rid and f.get("seq") == 10, timeout=20)
+    await first.close()
+    got = _stream(first, rid)
+    cursor = str(got[-1]["cursor"])
+    _kill(cluster, await _owner(cluster, AGENT, name))
+
+    # Through the other gateway, after the turn moved to another shard: only what was missed.
+    second = await WsClient.connect(cluster.urls[1], AGENT, name, pk=pk, cursor=cursor)
+    await second.wait_done(rid, timeout=45)
+    rest = _stream(second, rid)
+    seqs = [f["seq"] for f in got + rest]
+    assert seqs == list(range(len(seqs)))
+    deltas = [json.loads(f["body"]) for f in got + rest]
+    assert "".join(d["delta"] for d in deltas if d["type"] == "text-delta") == SLOW_TEXT
+    assert all("cursor" in f for f in rest)
+    await second.close()
+
+
+async def test_an_expired_cursor_gets_a_clear_answer(cluster: LocalCluster) -> None:
+    name = f"expired-{time.time_ns()}"
+    client = await WsClient.connect(cluster.urls[0], AGENT, name, cursor="1-0")
+    error = await client.wait_for(lambda f: f.get("type") == "durachat_error")
+    assert error["code"] == "cursor_expired"
+    # The connection stays usable.
+    request = chat_request([user_message("hello")])
+    await client.send(request)
+    await client.wait_done(str(request["id"]))
+    assert client.text(str(request["id"])) == "echo: hello"
+    await client.close()

@@ -55,11 +55,20 @@ class WsClient:
 
     @classmethod
     async def connect(
-        cls, base_url: str, agent: str, name: str, *, pk: str | None = None
+        cls,
+        base_url: str,
+        agent: str,
+        name: str,
+        *,
+        pk: str | None = None,
+        cursor: str | None = None,
     ) -> WsClient:
-        """Connect as `_pk` (a fresh id unless given)."""
+        """Connect as `_pk` (a fresh id unless given); with `cursor` ("" to start), frames carry
+        their log cursor and the connection resumes after the given one."""
         pk = pk or str(uuid.uuid4())
         url = base_url.replace("http", "ws", 1) + f"/agents/{agent}/{name}?_pk={pk}"
+        if cursor is not None:
+            url += f"&cursor={cursor}"
         ws = await websockets.connect(url, max_size=None)
         return cls(ws, pk)
 

@@ -176,9 +176,20 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         tag = conversation_tag(key.tenant, key.agent, key.name)
         CONNECTIONS.inc()
         channel: Channel | None = None
+        cursor = websocket.query_params.get("cursor")
+        conn.cursors = cursor is not None
         try:
             channel = await r.channels.join(tag, conn)
-            channel.greet(conn)
+            if not cursor:
+                channel.greet(conn)
+            elif not await channel.resume_from(conn, cursor):
+                _error(
+                    conn,
+                    "cursor_expired",
+                    "the event log no longer reaches back to this cursor: reload the transcript "
+                    "(get-messages) and reconnect without one",
+                )
+                channel.greet(conn)
             conn.send_json({"type": MessageType.IDENTITY.value, "name": name, "agent": agent})
             conn.send_json(
                 {

@@ -23,7 +23,6 @@ from durachat_infra.eventlog import (
     StreamState,
     entry_id_key,
     is_for,
-    with_replay_flag,
 )
 from durachat_infra.keys import ConversationKeys
 
@@ -81,7 +80,7 @@ class Channel:
                     if conn.replaying:
                         conn.buffer.append(entry)
                     else:
-                        conn.send(entry.frame)
+                        conn.send_entry(entry)
             # State changes apply after delivery: a connection released by the end of a stream
             # does not get that stream's terminal frame without its chunks.
             change = entry.state_change()
@@ -185,7 +184,7 @@ class Channel:
             if entry.request != request_id or not is_for(entry.target, conn.id):
                 continue
             if entry.kind is Kind.CHUNK:
-                conn.send(with_replay_flag(entry.frame))
+                conn.send_entry(entry, replay=True)
             elif entry.kind is Kind.TERMINAL:
                 ended = True
         tail = {"continuation": True} if state.continuation else {}
@@ -203,7 +202,7 @@ class Channel:
             if transcript is not None:
                 # The stream ended while this connection waited to ACK, so it missed the
                 # transcript sent at the end; it gets the latest one now.
-                conn.send(transcript.frame)
+                conn.send_entry(transcript)
         else:
             conn.send_json(
                 {
@@ -217,6 +216,36 @@ class Channel:
                 }
             )
         self._go_live(conn, request_id, last)
+
+    async def resume_from(self, conn: ClientConnection, cursor: str) -> bool:
+        """Send `conn` every entry after `cursor` meant for it, then go live: a client that
+        kept the cursor of the last frame it got misses nothing and gets nothing twice, even
+        when the turn moved to another shard meanwhile. False (nothing sent) if the log no
+        longer reaches back to `cursor`: the client must reload the transcript."""
+        conn.replaying = True
+        conn.buffer = []
+        try:
+            first = await self._reader.first_id(self.keys)
+            if first is None or entry_id_key(first) > entry_id_key(cursor):
+                conn.replaying = False
+                conn.buffer = []
+                return False
+            entries = await self._reader.read_range(self.keys, "(" + cursor)
+        except Exception:
+            conn.replaying = False
+            conn.buffer = []
+            raise
+        last = entry_id_key(entries[-1].id) if entries else entry_id_key(cursor)
+        for entry in entries:
+            if entry.kind is not Kind.CONTROL and is_for(entry.target, conn.id):
+                conn.send_entry(entry)
+        conn.replayed = (None, last)
+        for entry in conn.buffer:
+            if not _already_replayed(conn, entry):
+                conn.send_entry(entry)
+        conn.buffer = []
+        conn.replaying = False
+        return True
 
     async def _replay_terminal(self, conn: ClientConnection, request_id: str, text: str) -> None:
         """Replay a turn that recovery gave up on: what it streamed, then its terminal error."""
@@ -235,7 +264,7 @@ class Channel:
                 and entry.kind is Kind.CHUNK
                 and is_for(entry.target, conn.id)
             ):
-                conn.send(with_replay_flag(entry.frame))
+                conn.send_entry(entry, replay=True)
         conn.send_json(
             {"body": text, "done": True, "error": True, "id": request_id, "type": RESPONSE}
         )
@@ -246,7 +275,7 @@ class Channel:
         conn.replayed = (request_id, last)
         for entry in conn.buffer:
             if not _already_replayed(conn, entry):
-                conn.send(entry.frame)
+                conn.send_entry(entry)
         conn.buffer = []
         conn.replaying = False
 
@@ -264,7 +293,9 @@ def _already_replayed(conn: ClientConnection, entry: LogEntry) -> bool:
     if conn.replayed is None:
         return False
     request_id, last = conn.replayed
-    if entry.request != request_id or entry.kind not in (Kind.CHUNK, Kind.TERMINAL):
+    if request_id is not None and (
+        entry.request != request_id or entry.kind not in (Kind.CHUNK, Kind.TERMINAL)
+    ):
         return False
     if entry_id_key(entry.id) <= last:
         return True

@@ -11,7 +11,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from durachat_infra.eventlog import LogEntry
+from durachat_infra.eventlog import LogEntry, with_cursor, with_replay_flag
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +42,22 @@ class ClientConnection:
         self.replaying = False
         self.buffer: list[LogEntry] = []
         """Entries that arrived while a replay was being read."""
-        self.replayed: tuple[str, tuple[int, int]] | None = None
-        """(request id, last entry id) of the last replay: live entries of that request up to
-        there were already sent as replay and are skipped if the log reader delivers them late."""
+        self.replayed: tuple[str | None, tuple[int, int]] | None = None
+        """(request id, last entry id) of the last replay: live entries of that request (of
+        any request after a cursor replay: None) up to there were already sent as replay and
+        are skipped if the log reader delivers them late."""
+        self.cursors = False
+        """Stamp every frame from the log with its entry id (`cursor`), for clients that
+        resume from a cursor."""
         self._outbox: asyncio.Queue[Callable[[], Awaitable[None]] | None] = asyncio.Queue()
         self._forwarder: asyncio.Task[None] | None = None
         self._in_flight = 0
+
+    def send_entry(self, entry: LogEntry, *, replay: bool = False) -> None:
+        """Send the frame of a log entry (marked as replayed, and stamped with its cursor for a
+        client that asked for cursors)."""
+        frame = with_replay_flag(entry.frame) if replay else entry.frame
+        self.send(with_cursor(frame, entry.id) if self.cursors else frame)
 
     def start(self) -> None:
         """Start the writer."""

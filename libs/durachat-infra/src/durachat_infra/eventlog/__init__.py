@@ -8,6 +8,7 @@ from durachat_infra.eventlog.entries import (
     entry_id_key,
     is_for,
     only,
+    with_cursor,
     with_replay_flag,
 )
 from durachat_infra.eventlog.reader import LogReader, read_range, read_state
@@ -28,5 +29,6 @@ __all__ = [
     "only",
     "read_range",
     "read_state",
+    "with_cursor",
     "with_replay_flag",
 ]

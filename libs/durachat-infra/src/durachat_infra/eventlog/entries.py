@@ -94,3 +94,8 @@ def entry_id_key(entry_id: str) -> tuple[int, int]:
 def with_replay_flag(frame: str) -> str:
     """Mark a serialised chunk frame as replayed (`"replay": true`)."""
     return frame[:-1] + ',"replay":true}'
+
+
+def with_cursor(frame: str, entry_id: str) -> str:
+    """Stamp a serialised frame with the id of its log entry (`"cursor": "<id>"`)."""
+    return f'{frame[:-1]},"cursor":"{entry_id}"}}'

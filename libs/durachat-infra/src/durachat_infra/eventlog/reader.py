@@ -87,6 +87,11 @@ class LogReader:
         fields = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat), 2)}
         return StreamState.from_hash(fields), str(last_id)
 
+    async def first_id(self, keys: ConversationKeys) -> str | None:
+        """Id of the oldest entry still in a log (None when it is empty)."""
+        rows = await self._redis.xrange(keys.log, count=1)
+        return str(rows[0][0]) if rows else None
+
     async def last_id(self, keys: ConversationKeys) -> str:
         """Id of the newest entry of a log ("0-0" when empty)."""
         rows = await self._redis.xrevrange(keys.log, count=1)
