@@ -25,7 +25,9 @@ from typing import Any
 from bench.loadgen import ClientPool
 from bench.phases import Params, Runner, machine_busy
 from bench.procs import REPO_ROOT, Cleanup, loadavg
+from bench.recovery import recovery_rows, run_recovery
 from bench.report import reference_rows, render, rows
+from bench.stats import render_table
 from bench.targets import Target, remove_tree, start_baseline, start_durachat
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -47,7 +49,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-deflate", action="store_true", help="do not offer permessage-deflate")
     parser.add_argument(
-        "--targets", default="durachat,baseline", help="comma-separated: durachat,baseline"
+        "--targets",
+        default="durachat,baseline,recovery",
+        help="comma-separated: durachat,baseline,recovery",
+    )
+    parser.add_argument(
+        "--kills", type=int, default=None, help="SIGKILLs in the recovery bench (6; quick: 2)"
     )
     parser.add_argument(
         "--profile",
@@ -285,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"run directory {run_dir}; {params.client_procs} load-generator process(es)")
         pool = ClientPool(params.client_procs)
         cleanup.add("load generators", pool.close)
-        for name in targets:
+        for name in [t for t in targets if t != "recovery"]:
             busy = machine_busy()
             log(f"machine busy {busy:.0f}% of a core before {name} (other sessions, if any)")
             started_target = time.monotonic()
@@ -327,6 +334,17 @@ def main(argv: list[str] | None = None) -> int:
                 )
         pool.close()
         cleanup.remove("load generators")
+        if "recovery" in targets:
+            kills = args.kills if args.kills is not None else (2 if params.quick else 6)
+            log(f"recovery: {kills} SIGKILLs of the shard streaming a reply ...")
+            try:
+                document["recovery"] = run_recovery(
+                    run_dir / "recovery", cleanup, kills=kills, log=log
+                )
+            except Exception:
+                failed = True
+                document["failures"]["recovery"] = traceback.format_exc()
+                log(f"recovery failed:\n{traceback.format_exc()}")
     except KeyboardInterrupt:
         log("interrupted; cleaning up")
         cleanup.run()
@@ -349,8 +367,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n===== cProfile {name} (top by own time) =====\n{text}")
     document["notes"] = notes(params)
     print()
-    print(render(document["table"], document["reference"]))
-    print()
+    if document["results"]:
+        print(render(document["table"], document["reference"]))
+        print()
+    if "recovery" in document:
+        document["recovery_table"] = recovery_rows(document["recovery"])
+        print(
+            render_table(
+                ["recovery (production timing)", "durachat", "baseline", "ratio", "target"],
+                document["recovery_table"],
+            )
+        )
+        print()
     for line in document["notes"]:
         print(f"* {line}")
     path = write_results(document, args.results_dir)

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_quick_runs_and_writes_results(tmp_path: Path) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--results-dir", str(tmp_path)],
+        [sys.executable, "-m", "bench", "--quick", "--kills", "1", "--results-dir", str(tmp_path)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        timeout=230,
+        timeout=280,
         check=False,
     )
     output = completed.stdout[-4000:] + completed.stderr[-4000:]
@@ -46,3 +46,9 @@ def test_bench_quick_runs_and_writes_results(tmp_path: Path) -> None:
     metrics = {row["metric"] for row in document["table"]}
     assert any(m.startswith("chunk delivery p50") for m in metrics)
     assert all({"durachat", "baseline", "ratio", "target"} <= set(row) for row in document["table"])
+    recovery = document["recovery"]
+    assert recovery["kills"] == 1 and recovery["exactly_once"] == 1
+    assert recovery["first_recovered_chunk_s"]["n"] == 1
+    assert any(
+        row[0].startswith("kill -> first recovered chunk") for row in document["recovery_table"]
+    )
