@@ -292,3 +292,40 @@ async def test_an_expired_cursor_gets_a_clear_answer(cluster: LocalCluster) -> N
     await client.wait_done(str(request["id"]))
     assert client.text(str(request["id"])) == "echo: hello"
     await client.close()
+
+
+async def test_sigterm_hands_a_long_reply_to_the_next_owner_at_once(
+    cluster: LocalCluster,
+) -> None:
+    from durachat_infra.cluster import owner_of
+    from durachat_infra.keys import conversation_tag
+
+    async with httpx.AsyncClient(base_url=cluster.urls[0]) as http:
+        live = [s["id"] for s in (await http.get("/v1/cluster")).json()["shards"]]
+    drainer = f"drainer-{time.time_ns() % 100_000}"
+    name = next(
+        n
+        for n in (f"drain-{time.time_ns()}-{i}" for i in range(10_000))
+        if owner_of(conversation_tag("default", AGENT, n), [*live, drainer]) == drainer
+    )
+    # A shard that gives running turns only half a second to finish when told to stop.
+    process = cluster.spawn_shard(drainer, env={"DURACHAT_DRAIN_TIMEOUT": "0.5"})
+    cluster.wait_ready(60)
+    client = await WsClient.connect(cluster.urls[0], AGENT, name)
+    request = chat_request([user_message("slow, then a rolling update")])
+    rid = str(request["id"])
+    await client.send(request)
+    await client.wait_for(lambda f: f.get("id") == rid and f.get("seq") == 8, timeout=20)
+    assert (await _owner(cluster, AGENT, name)).popen.pid == process.popen.pid
+    process.popen.send_signal(signal.SIGTERM)
+    done = await client.wait_done(rid, timeout=45)
+    assert "outcome" not in done, done
+    assert client.text(rid) == SLOW_TEXT
+    _assert_exactly_once(client, rid)
+    assert process.popen.wait(20) == 0
+    cluster.processes.remove(process)
+    log_file = Path(cluster.log_dir or ".") / f"{drainer}.log"
+    assert "handed over 1 of 1" in await asyncio.to_thread(log_file.read_text)
+    history = await get_messages(cluster.urls[0], AGENT, name)
+    assert _text(history[-1]) == SLOW_TEXT
+    await client.close()

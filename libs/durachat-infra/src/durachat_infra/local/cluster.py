@@ -70,9 +70,10 @@ class LocalCluster:
             self.spawn_gateway(f"gw-{i + 1}", self.port if i == 0 else free_port())
         self.wait_ready(timeout)
 
-    def spawn_shard(self, shard_id: str) -> Process:
-        """Start one more shard."""
-        return self._spawn("shard", shard_id, "durachat_shard", {"DURACHAT_SHARD_ID": shard_id})
+    def spawn_shard(self, shard_id: str, env: dict[str, str] | None = None) -> Process:
+        """Start one more shard (with `env` on top of the cluster's environment)."""
+        extra = {**(env or {}), "DURACHAT_SHARD_ID": shard_id}
+        return self._spawn("shard", shard_id, "durachat_shard", extra)
 
     def spawn_gateway(self, gateway_id: str, port: int | None = None) -> Process:
         """Start a gateway on `port` (a free one if None), e.g. again on the port of one that

@@ -102,6 +102,18 @@ class RedisServer:
             self.process.kill()
             self.process.wait()
 
+    def wipe(self) -> None:
+        """Delete the stopped server's data files (its log stays), so that it starts empty, as
+        if its disk had been lost."""
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError("stop or kill the server before wiping its data")
+        for name in ("appendonly.aof", "dump.rdb", "appendonlydir"):
+            path = self.data_dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+
 
 def data_dir_default() -> Path:
     """Where local runs keep their data (`./var`)."""
