@@ -128,9 +128,10 @@ async def _serving(cluster: LocalCluster) -> bool:
     """Every gateway answers and lists every running shard."""
     want = {p.pid for p in _role(cluster, "shard") if p.popen.poll() is None}
     try:
-        return all(want <= await _live_pids(url) for url in cluster.urls)
+        seen = [await _live_pids(url) for url in cluster.urls]
     except httpx.HTTPError:
         return False
+    return all(want <= pids for pids in seen)
 
 
 async def _ready(cluster: LocalCluster) -> None:
@@ -342,7 +343,7 @@ async def test_a_former_owner_that_wakes_up_appends_nothing_and_overwrites_nothi
 
 
 async def _without(cluster: LocalCluster, pid: int) -> bool:
-    return all(pid not in await _live_pids(url) for url in cluster.urls)
+    return all(pid not in pids for pids in [await _live_pids(url) for url in cluster.urls])
 
 
 async def _logged(mark: LogMark, needle: str) -> bool:
