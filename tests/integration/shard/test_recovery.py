@@ -106,6 +106,8 @@ async def test_the_next_owner_continues_an_interrupted_reply(
     keys = ConversationKeys(key_prefix, conversation_tag(KEY.tenant, KEY.agent, KEY.name))
     seen: list[str] = []
     unsubscribe = subscribe("agents:chat", lambda event: seen.append(event.type))
+    messages: list[str] = []
+    unsubscribe_messages = subscribe("agents:message", lambda event: messages.append(event.type))
     with recorded_events() as (_, exporter):
         first, first_writer = await _host(redis, store, key_prefix, "shard-a")
         request = {
@@ -148,6 +150,9 @@ async def test_the_next_owner_continues_an_interrupted_reply(
         await eventually(ended, timeout=30)
         await second.stop()
     unsubscribe()
+    unsubscribe_messages()
+    # The first owner published the request; the reply's end came from the second.
+    assert messages == ["message:request", "message:response"]
 
     frames = _chunks(await read_range(redis, keys), "req-1")
     assert [f["seq"] for f in frames] == list(range(len(frames)))

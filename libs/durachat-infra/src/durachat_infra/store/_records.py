@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, TypeAlias, get_args
 
 TurnKind = Literal["submit", "regenerate", "continuation", "programmatic"]
 """What started a turn."""
@@ -21,7 +22,15 @@ TURN_STATUSES: Final[frozenset[str]] = frozenset(get_args(TurnStatus))
 MAIN_BRANCH: Final = "main"
 """The branch every conversation has from its creation."""
 
+BranchRef: TypeAlias = int | str
+"""A branch of a conversation, named by its id (`int`) or by its name (`str`)."""
+
+MAX_BRANCH_NAME: Final = 200
+"""Longest branch name, in characters."""
+
 _MAX_KEY_PART: Final = 512
+_DIGITS: Final = re.compile(r"[0-9]+")
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,3 +172,67 @@ class IncidentRecord:
     attempt: int
     data: dict[str, Any]
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class BranchRecord:
+    """A branch: a named pointer to a leaf of the conversation's message tree (DESIGN §7).
+
+    Attributes:
+        id: the branch's stable public id (never reused).
+        name: unique within the conversation; every conversation has `main`.
+        leaf_message_id: the UIMessage id of the branch's leaf, `None` for an empty branch.
+        parent_branch_id: the branch it was forked from, if any (and if that still exists).
+        fork_message_id: the UIMessage id of the message it was forked at, if any (and if that
+            message still exists).
+        created_at: when the branch was created.
+        updated_at: when it last changed (its leaf moved, it was renamed).
+    """
+
+    id: int
+    name: str
+    leaf_message_id: str | None
+    parent_branch_id: int | None
+    fork_message_id: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Siblings:
+    """The alternatives of one message: every child of its parent (what a "2 / 3" picker
+    shows).
+
+    Attributes:
+        ids: the UIMessage ids of the siblings, oldest first (by sequence number), the message
+            itself included.
+        index: the position of the message in `ids`.
+    """
+
+    ids: tuple[str, ...]
+    index: int
+
+
+def parse_branch_ref(text: str) -> BranchRef:
+    """Read a branch reference from text (a URL's `?branch=`): digits are an id, anything else
+    is a name. Branch names never consist of digits only, so the two cannot be confused."""
+    return int(text) if _DIGITS.fullmatch(text) else text
+
+
+def check_branch_name(name: str) -> None:
+    """Validate a name for a new or renamed branch.
+
+    Raises:
+        ValueError: the name is empty, longer than `MAX_BRANCH_NAME`, all digits (it would read
+            as a branch id), has leading or trailing whitespace, or contains control characters.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("a branch name must be a non-empty string")
+    if len(name) > MAX_BRANCH_NAME:
+        raise ValueError(f"a branch name is at most {MAX_BRANCH_NAME} characters")
+    if _DIGITS.fullmatch(name):
+        raise ValueError(f"branch name {name!r} is all digits: it would read as a branch id")
+    if name != name.strip() or _CONTROL.search(name):
+        raise ValueError(
+            f"branch name {name!r} must not have surrounding whitespace or control characters"
+        )
