@@ -22,6 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from bench.branches import BRANCHES_HEADER, branches_rows, run_branches
 from bench.loadgen import ClientPool
 from bench.phases import Params, Runner, machine_busy
 from bench.procs import REPO_ROOT, Cleanup, loadavg
@@ -50,8 +51,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-deflate", action="store_true", help="do not offer permessage-deflate")
     parser.add_argument(
         "--targets",
-        default="durachat,baseline,recovery",
-        help="comma-separated: durachat,baseline,recovery",
+        default="durachat,baseline,recovery,branches",
+        help="comma-separated: durachat,baseline,recovery,branches",
     )
     parser.add_argument(
         "--kills", type=int, default=None, help="SIGKILLs in the recovery bench (6; quick: 2)"
@@ -290,9 +291,13 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     try:
         log(f"run directory {run_dir}; {params.client_procs} load-generator process(es)")
-        pool = ClientPool(params.client_procs)
-        cleanup.add("load generators", pool.close)
-        for name in [t for t in targets if t != "recovery"]:
+        load_targets = [t for t in targets if t not in ("recovery", "branches")]
+        # The load generators serve only the load targets.
+        pool = ClientPool(params.client_procs) if load_targets else None
+        if pool is not None:
+            cleanup.add("load generators", pool.close)
+        for name in load_targets:
+            assert pool is not None
             busy = machine_busy()
             log(f"machine busy {busy:.0f}% of a core before {name} (other sessions, if any)")
             started_target = time.monotonic()
@@ -332,8 +337,9 @@ def main(argv: list[str] | None = None) -> int:
                 document["results"].setdefault(name, {})["seconds"] = round(
                     time.monotonic() - started_target, 1
                 )
-        pool.close()
-        cleanup.remove("load generators")
+        if pool is not None:
+            pool.close()
+            cleanup.remove("load generators")
         if "recovery" in targets:
             kills = args.kills if args.kills is not None else (2 if params.quick else 6)
             log(f"recovery: {kills} SIGKILLs of the shard streaming a reply ...")
@@ -345,6 +351,16 @@ def main(argv: list[str] | None = None) -> int:
                 failed = True
                 document["failures"]["recovery"] = traceback.format_exc()
                 log(f"recovery failed:\n{traceback.format_exc()}")
+        if "branches" in targets:
+            log("branches: branch views of a 10,000-message conversation over 100 branches ...")
+            try:
+                document["branches"] = run_branches(
+                    run_dir / "branches", cleanup, quick=params.quick, log=log
+                )
+            except Exception:
+                failed = True
+                document["failures"]["branches"] = traceback.format_exc()
+                log(f"branches failed:\n{traceback.format_exc()}")
     except KeyboardInterrupt:
         log("interrupted; cleaning up")
         cleanup.run()
@@ -379,8 +395,13 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         print()
-    for line in document["notes"]:
-        print(f"* {line}")
+    if "branches" in document:
+        document["branches_table"] = branches_rows(document["branches"])
+        print(render_table(BRANCHES_HEADER, document["branches_table"]))
+        print()
+    if document["results"]:
+        for line in document["notes"]:
+            print(f"* {line}")
     path = write_results(document, args.results_dir)
     print(f"\nresults: {path} (and latest.json next to it); {document['seconds']:.0f}s total")
     if args.keep or failed or profile:

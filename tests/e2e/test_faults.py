@@ -19,7 +19,7 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from support.cluster import running_cluster
 from support.faults import (
     LogMark,
     postgres_refusing,
+    postgres_table_locked,
     sql_rows,
     sqlite_path,
     sqlite_write_lock,
@@ -87,9 +88,9 @@ async def redis(own_redis: RedisServer) -> AsyncIterator[Redis]:
 # ------------------------------------------------------------------------------------ helpers
 
 
-def _keys(cluster: LocalCluster, name: str, agent: str = AGENT) -> ConversationKeys:
+def _keys(cluster: LocalCluster, name: str) -> ConversationKeys:
     return ConversationKeys(
-        cluster.env["DURACHAT_KEY_PREFIX"], conversation_tag("default", agent, name)
+        cluster.env["DURACHAT_KEY_PREFIX"], conversation_tag("default", AGENT, name)
     )
 
 
@@ -121,7 +122,9 @@ async def _owner(cluster: LocalCluster, name: str) -> Process:
 
 async def _live_pids(url: str) -> set[int]:
     async with httpx.AsyncClient(base_url=url, timeout=2) as http:
-        return {s["pid"] for s in (await http.get("/v1/cluster")).json()["shards"]}
+        response = await http.get("/v1/cluster")
+        response.raise_for_status()
+        return {s["pid"] for s in response.json()["shards"]}
 
 
 async def _serving(cluster: LocalCluster) -> bool:
@@ -136,6 +139,23 @@ async def _serving(cluster: LocalCluster) -> bool:
 
 async def _ready(cluster: LocalCluster) -> None:
     await asyncio.to_thread(cluster.wait_ready, 60)
+
+
+async def _after_redis_came_back(cluster: LocalCluster, since: LogMark) -> list[str]:
+    """Once Redis is back (`since` marks the jobs worker's log then): wait until the jobs
+    worker has either run a job again (it rode the outage out) or exited (arq gives up when a
+    poll meets a dead Redis), start again whatever exited, as `durachat-local` or Kubernetes
+    would, and return the names of the processes that had exited."""
+    jobs = _role(cluster, "jobs")[0]
+
+    async def settled() -> bool:
+        return jobs.popen.poll() is not None or "cron:recover_orphans" in since.since()
+
+    await eventually(settled, timeout=20, interval=0.1)
+    exited = [p.name for p in _exited(cluster)]
+    cluster.restart_exited()
+    await _ready(cluster)
+    return exited
 
 
 def _chunk_frames(client: WsClient, request_id: str) -> list[Frame]:
@@ -154,6 +174,11 @@ async def _chat(url: str, name: str, text: str, *, timeout: float = 30) -> list[
     history = await get_messages(url, AGENT, name)
     client = await WsClient.connect(url, AGENT, name)
     try:
+        await client.wait_for(lambda f: f.get("type") == "cf_agent_mcp_servers")
+        for offer in client.of_type("cf_agent_stream_resuming"):
+            # As the reference client does: a connection offered a stream gets nothing else
+            # until it acknowledges the offer.
+            await client.send({"type": "cf_agent_stream_resume_ack", "id": offer["id"]})
         request = chat_request([*history, user_message(text)])
         await client.send(request)
         done = await client.wait_done(request["id"], timeout=timeout)
@@ -364,6 +389,7 @@ async def test_a_redis_restart_that_keeps_the_data_is_invisible_to_clients(
 
     await asyncio.to_thread(own_redis.kill)
     await asyncio.to_thread(own_redis.start)
+    jobs = LogMark(_log(cluster, _role(cluster, "jobs")[0]))
 
     # The reply in flight goes on: the shard's log writer retries, the gateway reads again.
     done = await client.wait_done(rid, timeout=30)
@@ -372,9 +398,9 @@ async def test_a_redis_restart_that_keeps_the_data_is_invisible_to_clients(
     await client.close()
     # The restart was felt: the gateway's blocking read lost its connection.
     assert await _logged(reader, "event log read failed")
-    assert [p.name for p in _exited(cluster) if p.role != "jobs"] == []
-    cluster.restart_exited()  # the jobs worker may have died with Redis; see the wiped case
-    await _ready(cluster)
+    # Gateways and shards ride it out (the jobs worker may not; see the wiped case).
+    exited = await _after_redis_came_back(cluster, jobs)
+    assert [n for n in exited if not n.startswith("jobs")] == []
 
     for name, history in before.items():
         assert await get_messages(cluster.urls[0], AGENT, name) == history
@@ -402,7 +428,9 @@ class Wiped:
     inflight_request: str
     fault_at: float
     exited: list[str]
-    marks: list[LogMark] = field(default_factory=list)
+    """Processes that exited because of the outage (and were started again)."""
+    marks: list[LogMark]
+    """The shards' logs from just before the fault."""
 
 
 @pytest.fixture(scope="module")
@@ -435,11 +463,9 @@ async def wiped(cluster: LocalCluster, own_redis: RedisServer) -> AsyncIterator[
         await eventually(lambda mark=mark: _logged(mark, "heartbeat failed"), timeout=10)
     own_redis.wipe()
     await asyncio.to_thread(own_redis.start)
+    jobs = LogMark(_log(cluster, _role(cluster, "jobs")[0]))
     await eventually(lambda: _serving(cluster), timeout=20, interval=0.1)
-    exited = [p.name for p in _exited(cluster)]
-    # As `durachat-local` (or Kubernetes) would: start again whatever died.
-    cluster.restart_exited()
-    await _ready(cluster)
+    exited = await _after_redis_came_back(cluster, jobs)
     await redis.aclose()
     yield Wiped(
         before,
@@ -501,7 +527,7 @@ async def test_after_redis_lost_its_data_a_new_owner_gets_a_fresh_epoch(
 async def test_a_reply_in_flight_when_redis_lost_its_data_ends_for_its_client(
     wiped: Wiped,
 ) -> None:
-    done = await _terminal(wiped.inflight, wiped.inflight_request, wiped.fault_at + 20)
+    done = await _terminal(wiped.inflight, wiped.inflight_request, wiped.fault_at + 15)
     assert done is not None, "the client is still waiting for its reply"
 
 
@@ -516,7 +542,8 @@ async def test_a_reply_in_flight_when_redis_lost_its_data_leaves_no_garbage(
         timeout=20,
     )
     assert [m["role"] for m in path] in (["user"], ["user", "assistant"])
-    # What the client saw is a prefix of what is stored: nothing different, nothing twice.
+    # What the client saw and what is stored agree (one is a prefix of the other), and the
+    # client got no chunk twice.
     seen = wiped.inflight.text(wiped.inflight_request)
     stored = _text(path[1]) if len(path) > 1 else ""
     assert stored.startswith(seen) or seen.startswith(stored), (seen, stored)
@@ -580,7 +607,7 @@ async def _during_outage(
         await active_client.send(request)
         new_name = f"db-new-{stamp}"
         new_client = await WsClient.connect(url, AGENT, new_name)
-        new_request = chat_request([user_message("a new chat during the outage")])
+        new_request = chat_request([user_message(NEW_CHAT)])
         sent = time.monotonic()
         await new_client.send(new_request)
         new_done = await _terminal(new_client, new_request["id"], sent + 2 * FORWARD_TIMEOUT + 15)
@@ -608,6 +635,8 @@ async def _during_outage(
         inflight_done=inflight_done,
     )
 
+
+NEW_CHAT = "a new chat during the outage"
 
 SQLITE_HOLD = 15.0
 """Seconds the SQLite lock is held: well past the store's 5 s busy timeout."""
@@ -645,10 +674,27 @@ async def _assert_resumed(cluster: LocalCluster, outage: Outage, replies: set[st
     assert history[: len(outage.history)] == outage.history
     assert len(history) == len(outage.history) + 2
     # The reply in flight is finished (recovered once the database is back) and stored once.
-    done = await _terminal(outage.inflight_client, outage.inflight_request, deadline)
-    assert done is not None, "the reply in flight never ended"
+    # Its client may have been told of an error first (the reply could not be stored then);
+    # recovery continues the same request, and the client ends up with the whole reply once.
+    client, rid = outage.inflight_client, outage.inflight_request
+    await client.wait_for(
+        lambda f: (
+            f.get("id") == rid
+            and f.get("done") is True
+            and not f.get("error")
+            and "outcome" not in f
+        ),
+        timeout=max(0.1, deadline - time.monotonic()),
+    )
+    _assert_exactly_once(client, rid, SLOW_TEXT)
     database = cluster.database_url or ""
-    everything = {*replies, SLOW_TEXT, "echo: before the outage", "echo: after the outage"}
+    everything = {
+        *replies,
+        SLOW_TEXT,
+        "echo: before the outage",
+        "echo: after the outage",
+        f"echo: {NEW_CHAT}",
+    }
 
     async def settled() -> list[dict[str, Any]]:
         for name in (outage.active, outage.new_name):
@@ -657,7 +703,10 @@ async def _assert_resumed(cluster: LocalCluster, outage: Outage, replies: set[st
 
     path = await eventually(settled, timeout=max(1.0, deadline - time.monotonic()), interval=0.2)
     assert [(m["role"], _text(m)) for m in path][1:] == [("assistant", SLOW_TEXT)]
-    assert await get_messages(cluster.urls[0], AGENT, outage.new_name) == []
+    # The new chat its client was told had failed may still have run once the database was back
+    # (see test_a_chat_reported_unavailable_does_not_run_later); if so, whole and once.
+    new = await get_messages(cluster.urls[0], AGENT, outage.new_name)
+    assert [m["role"] for m in new] in ([], ["user", "assistant"]), new
 
 
 async def test_reads_go_on_while_sqlite_is_locked(sqlite_locked: Outage) -> None:
@@ -779,3 +828,63 @@ async def test_service_resumes_by_itself_when_postgres_is_back(
     pg_cluster: tuple[LocalCluster, PostgresServer, str], postgres_down: Outage
 ) -> None:
     await _assert_resumed(pg_cluster[0], postgres_down, set())
+
+
+@pytest.mark.postgres
+@pytest.mark.xfail(
+    strict=True,
+    reason="The whole reply, `finish` included, was in the event log; only storing it failed. "
+    "Recovery (actor._plan_recovery) still continues the turn: it calls the model again with "
+    "the full reply as prefill, and the empty continuation leaves a lone `step-start` part at "
+    "the end of the stored reply (a real model could also add text to a finished answer).",
+)
+async def test_a_reply_that_streamed_to_the_end_is_stored_as_it_streamed(
+    pg_cluster: tuple[LocalCluster, PostgresServer, str], postgres_down: Outage
+) -> None:
+    url = pg_cluster[0].urls[0]
+
+    async def reply() -> dict[str, Any] | None:
+        path = await get_messages(url, AGENT, postgres_down.inflight)
+        return path[-1] if path and _text(path[-1]) == SLOW_TEXT else None
+
+    stored = await eventually(reply, timeout=30, interval=0.2)
+    assert stored["parts"] == [
+        {"type": "step-start"},
+        {"type": "text", "text": SLOW_TEXT, "state": "done"},
+    ]
+
+
+@pytest.mark.postgres
+@pytest.mark.xfail(
+    strict=True,
+    reason="The gateway gives up on a frame after DURACHAT_FORWARD_TIMEOUT and tells the client "
+    "the conversation is unavailable (gateway app._forward), but the shard's /internal/v1/frames "
+    "handler it timed out on is not cancelled: once the database answers, it activates the "
+    "conversation and runs the request anyway. A client that retries with a new request id, "
+    "as it was told to, gets the message answered twice.",
+)
+async def test_a_chat_reported_unavailable_does_not_run_later(
+    pg_cluster: tuple[LocalCluster, PostgresServer, str],
+) -> None:
+    cluster, server, database = pg_cluster
+    url = cluster.urls[0]
+    name = f"db-hang-{time.time_ns()}"
+    client = await WsClient.connect(url, AGENT, name)
+    request = chat_request([user_message("while the database hangs")])
+    rid = request["id"]
+    # A database that hangs instead of refusing: queries on `conversations` wait.
+    async with postgres_table_locked(server, database, "conversations"):
+        await client.send(request)
+        done = await client.wait_done(rid, timeout=2 * FORWARD_TIMEOUT + 10)
+        assert done.get("error") is True and done.get("outcome") == "error", done
+        told = len(client.frames)
+    # Told it failed, the request must not run once the database answers again.
+    try:
+        late = await client.wait_for(
+            lambda f: f.get("id") == rid and "seq" in f, timeout=8, after=told
+        )
+    except AssertionError:
+        late = None
+    await client.close()
+    assert late is None, "the request reported as failed ran after all"
+    assert await get_messages(url, AGENT, name) == []

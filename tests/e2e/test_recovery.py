@@ -66,6 +66,7 @@ def _kill(cluster: LocalCluster, process: Process) -> None:
     process.popen.wait(10)
     cluster.processes.remove(process)
     cluster.spawn_shard(f"{process.name}-r{time.time_ns() % 100_000}")
+    cluster.wait_ready(60)
 
 
 def _stream(client: WsClient, request_id: str) -> list[Frame]:

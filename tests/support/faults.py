@@ -6,6 +6,9 @@
 * `postgres_refusing(server, database)`: the database refuses new connections and its open
   ones are terminated, as if its server were down, without disturbing the other databases of
   the session's server.
+* `postgres_table_locked(server, database, table)`: another transaction holds an
+  `ACCESS EXCLUSIVE` lock on a table, so every query touching it hangs (there is no statement
+  timeout) until the block exits: a database that stops answering rather than refusing.
 * `sql_rows(url, query, **params)`: rows of a query, on SQLite or PostgreSQL.
 * `LogMark`: what a process logged after a point in time.
 """
@@ -74,6 +77,24 @@ async def postgres_refusing(server: PostgresServer, database: str) -> AsyncItera
         yield
     finally:
         await _admin(server, f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+
+
+@contextlib.asynccontextmanager
+async def postgres_table_locked(
+    server: PostgresServer, database: str, table: str
+) -> AsyncIterator[None]:
+    """Lock `table` of `database` against every other session until the block exits."""
+    conn = await asyncpg.connect(server.url(database))
+    try:
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            await conn.execute(f'LOCK TABLE "{table}" IN ACCESS EXCLUSIVE MODE')
+            yield
+        finally:
+            await transaction.rollback()
+    finally:
+        await conn.close()
 
 
 async def sql_rows(database_url: str, query: str, **params: Any) -> list[Any]:

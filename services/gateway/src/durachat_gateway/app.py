@@ -17,6 +17,12 @@ from redis.asyncio import Redis
 from starlette.websockets import WebSocketDisconnect
 
 from durachat.protocol import MessageType
+from durachat_gateway.branches_api import (
+    BRANCH_QUERY_DESCRIPTION,
+    GET_MESSAGES_RESPONSES,
+    branch_messages,
+    branch_router,
+)
 from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import ClientConnection
 from durachat_gateway.forwarder import Forwarder, ForwardError
@@ -101,6 +107,9 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         assert runtime is not None
         return runtime
 
+    # The branch read API (before the `/agents/{path}` catch-all below).
+    app.include_router(branch_router(rt, settings.tenant))
+
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
         return {"ok": True, "gateway": settings.gateway_id}
@@ -139,11 +148,24 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             return JSONResponse({"code": "no_shards", "message": "no live shard"}, 503)
         return JSONResponse({"shard": shard.id, "pid": shard.pid, "address": shard.address})
 
-    @app.api_route("/agents/{agent}/{name}/get-messages", methods=["GET", "POST", "HEAD"])
-    async def get_messages(agent: str, name: str) -> Response:
+    @app.api_route(
+        "/agents/{agent}/{name}/get-messages",
+        methods=["GET", "POST", "HEAD"],
+        responses=GET_MESSAGES_RESPONSES,
+        summary="The transcript of a conversation (of one branch with `?branch=`)",
+    )
+    async def get_messages(
+        agent: str,
+        name: str,
+        branch: str | None = Query(None, description=BRANCH_QUERY_DESCRIPTION),
+    ) -> Response:
         r = rt()
         if agent not in r.agents():
             return PlainTextResponse("Invalid request", 400)
+        if branch:
+            return await branch_messages(
+                r.store, ConversationKey(settings.tenant, agent, name), branch
+            )
         try:
             messages = await r.store.transcript(ConversationKey(settings.tenant, agent, name))
         except DatabaseUnavailableError:

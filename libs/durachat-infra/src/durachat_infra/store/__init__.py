@@ -9,41 +9,64 @@ same suite. Run `migrate(url)` once at startup, then use a `Store`::
 
 Writes to a conversation are fenced by its epoch: `Store.claim` raises the epoch for a new owner,
 and `Store.transaction` rejects (with `FencedError`) a writer holding an older one.
+
+Branches (DESIGN §7, docs/branching.md): `Store.list_branches`, `get_branch`, `branch_path` and
+`siblings` read them; `FencedTransaction.create_branch`, `rename_branch`, `delete_branch` and
+`trim_path` change them; `Store.fork_conversation` copies a branch into a new conversation.
 """
 
 from durachat_infra.store._migrate import migrate
 from durachat_infra.store._records import (
     MAIN_BRANCH,
+    MAX_BRANCH_NAME,
     OPEN_TURN_STATUSES,
+    BranchRecord,
+    BranchRef,
     Conversation,
     ConversationKey,
     IncidentRecord,
     OpenTurn,
+    Siblings,
     StoredMessage,
     ToolCallRecord,
     TurnKind,
     TurnRecord,
     TurnStatus,
+    check_branch_name,
+    parse_branch_ref,
 )
 from durachat_infra.store._store import Store
 from durachat_infra.store._transaction import FencedTransaction
 from durachat_infra.store.errors import (
+    BranchExistsError,
+    ConversationExistsError,
     DatabaseUnavailableError,
     FencedError,
+    MainBranchError,
     StoreError,
+    UnknownBranchError,
+    UnknownConversationError,
+    UnknownMessageError,
     UnknownTenantError,
 )
 
 __all__ = [
     "MAIN_BRANCH",
+    "MAX_BRANCH_NAME",
     "OPEN_TURN_STATUSES",
+    "BranchExistsError",
+    "BranchRecord",
+    "BranchRef",
     "Conversation",
+    "ConversationExistsError",
     "ConversationKey",
     "DatabaseUnavailableError",
     "FencedError",
     "FencedTransaction",
     "IncidentRecord",
+    "MainBranchError",
     "OpenTurn",
+    "Siblings",
     "Store",
     "StoreError",
     "StoredMessage",
@@ -51,6 +74,11 @@ __all__ = [
     "TurnKind",
     "TurnRecord",
     "TurnStatus",
+    "UnknownBranchError",
+    "UnknownConversationError",
+    "UnknownMessageError",
     "UnknownTenantError",
+    "check_branch_name",
     "migrate",
+    "parse_branch_ref",
 ]

@@ -28,7 +28,11 @@ BranchRef: TypeAlias = int | str
 MAX_BRANCH_NAME: Final = 200
 """Longest branch name, in characters."""
 
+MAX_BRANCH_ID: Final = 2**63 - 1
+"""Largest possible branch id (a 64-bit key)."""
+
 _MAX_KEY_PART: Final = 512
+_MAX_ID_DIGITS: Final = len(str(MAX_BRANCH_ID))
 _DIGITS: Final = re.compile(r"[0-9]+")
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -215,8 +219,13 @@ class Siblings:
 
 def parse_branch_ref(text: str) -> BranchRef:
     """Read a branch reference from text (a URL's `?branch=`): digits are an id, anything else
-    is a name. Branch names never consist of digits only, so the two cannot be confused."""
-    return int(text) if _DIGITS.fullmatch(text) else text
+    is a name. Branch names never consist of digits only, so the two cannot be confused (digits
+    too large for an id stay text: they name no branch)."""
+    if _DIGITS.fullmatch(text) and len(text) <= _MAX_ID_DIGITS:
+        value = int(text)
+        if value <= MAX_BRANCH_ID:
+            return value
+    return text
 
 
 def check_branch_name(name: str) -> None:

@@ -11,11 +11,23 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, cast
 
-from sqlalchemy import Integer, Row, delete, insert, literal_column, select, update
+from sqlalchemy import (
+    Integer,
+    Row,
+    delete,
+    insert,
+    literal,
+    literal_column,
+    null,
+    select,
+    update,
+)
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 
+from durachat_infra.store import _branches
 from durachat_infra.store._engine import (
     BEGIN_OPTION,
     connect,
@@ -28,10 +40,13 @@ from durachat_infra.store._gate import WriteGate
 from durachat_infra.store._records import (
     MAIN_BRANCH,
     OPEN_TURN_STATUSES,
+    BranchRecord,
+    BranchRef,
     Conversation,
     ConversationKey,
     IncidentRecord,
     OpenTurn,
+    Siblings,
     StoredMessage,
     TurnKind,
     TurnRecord,
@@ -39,7 +54,14 @@ from durachat_infra.store._records import (
 )
 from durachat_infra.store._transaction import FencedTransaction, fence
 from durachat_infra.store._types import utcnow
-from durachat_infra.store.errors import FencedError, StoreError, UnknownTenantError
+from durachat_infra.store.errors import (
+    ConversationExistsError,
+    FencedError,
+    StoreError,
+    UnknownBranchError,
+    UnknownConversationError,
+    UnknownTenantError,
+)
 from durachat_infra.store.models import Branch, Message, RecoveryIncident, Tenant, Turn
 from durachat_infra.store.models import Conversation as ConversationRow
 
@@ -254,6 +276,112 @@ class Store:
             rows = await _path(conn, leaf)
         return [row.body for row in rows]
 
+    async def list_branches(self, conversation_id: int) -> list[BranchRecord]:
+        """Every branch of the conversation, oldest first (`main` first); `[]` if the
+        conversation does not exist."""
+        async with self._read("list branches") as conn:
+            return await _branches.list_records(conn, conversation_id)
+
+    async def get_branch(self, conversation_id: int, branch: BranchRef) -> BranchRecord | None:
+        """One branch, by id (`int`) or name (`str`); `None` if the conversation has no such
+        branch."""
+        async with self._read("get branch") as conn:
+            return await _branches.get_record(conn, conversation_id, branch)
+
+    async def branch_path(
+        self, conversation_id: int, branch: BranchRef
+    ) -> list[StoredMessage] | None:
+        """The messages on a branch (by id or name), root first.
+
+        Like `load_path`, but tells an unknown branch (`None`) from an empty one (`[]`). The
+        cost grows with the length of the path, not with the size of the conversation.
+        """
+        async with self._read("load branch path") as conn:
+            found = await _branches.resolve(conn, conversation_id, branch)
+            if found is None:
+                return None
+            if found.leaf_id is None:
+                return []
+            rows = await _path(conn, literal(found.leaf_id))
+        return [
+            StoredMessage(
+                pk=row.id,
+                message_id=row.message_id,
+                parent_pk=row.parent_id,
+                seq=row.seq,
+                message=row.body,
+            )
+            for row in rows
+        ]
+
+    async def siblings(
+        self, conversation_id: int, message_id: str, branch: BranchRef = MAIN_BRANCH
+    ) -> Siblings | None:
+        """The alternatives of a message as seen from a branch: the UIMessage ids of every
+        child of its parent (every root, for a root), oldest first, and the message's index.
+
+        The message is looked for on the branch's path (nearest the leaf if its id occurs twice
+        there), since a UIMessage id may occur on several branches.
+
+        Returns:
+            The siblings, or `None` if the message is not on the branch's path.
+
+        Raises:
+            UnknownBranchError: the conversation has no such branch.
+        """
+        async with self._read("list siblings") as conn:
+            found = await _branches.resolve(conn, conversation_id, branch)
+            if found is None:
+                raise UnknownBranchError(conversation_id, branch)
+            spot = await _branches.occurrence(conn, found.leaf_id, message_id)
+            if spot is None:
+                return None
+            return await _branches.siblings_of(conn, conversation_id, *spot)
+
+    async def fork_conversation(
+        self, source: ConversationKey, branch: BranchRef, target: ConversationKey
+    ) -> Conversation:
+        """Copy the path of `branch` of conversation `source` into a new conversation `target`,
+        as its `main`.
+
+        The copies keep their UIMessage ids and bodies and get new rows and sequence numbers
+        (`0..n-1`); the new conversation starts at epoch 0, with no turns and no request
+        context. One transaction: either the whole fork exists afterwards or nothing does.
+        Not fenced: the source is only read, and the target is new.
+
+        Raises:
+            UnknownConversationError: `source` does not exist.
+            UnknownBranchError: `source` has no such branch.
+            UnknownTenantError: `target.tenant` does not exist.
+            ConversationExistsError: `target` exists already.
+        """
+        async with self._write("fork conversation") as conn:
+            origin = await _find(conn, source)
+            if origin is None:
+                raise UnknownConversationError(source)
+            found = await _branches.resolve(conn, origin.id, branch)
+            if found is None:
+                raise UnknownBranchError(origin.id, branch)
+            if await conn.scalar(select(Tenant.id).where(Tenant.id == target.tenant)) is None:
+                raise UnknownTenantError(target.tenant)
+            created = await conn.scalar(
+                insert_new(
+                    conn,
+                    ConversationRow,
+                    ["tenant_id", "agent", "name"],
+                    tenant_id=target.tenant,
+                    agent=target.agent,
+                    name=target.name,
+                ).returning(ConversationRow.id)
+            )
+            if created is None:
+                raise ConversationExistsError(target)
+            leaf = await _copy_path(conn, found.leaf_id, created)
+            await conn.execute(
+                insert(Branch).values(conversation_id=created, name=MAIN_BRANCH, leaf_id=leaf)
+            )
+            return Conversation(id=created, key=target, epoch=0)
+
     async def recent_request_ids(self, conversation_id: int, *, limit: int = 256) -> list[str]:
         """Request ids of the conversation's newest turns, newest first (for fast dedupe)."""
         async with self._read("recent turns") as conn:
@@ -466,6 +594,49 @@ async def _path(conn: AsyncConnection, leaf: ColumnElement[Any]) -> list[Row[Any
     # Ordered here rather than with ORDER BY: the database would sort whole rows, bodies
     # included (PostgreSQL spills long paths to disk), where sorting the depths is enough.
     return sorted(result, key=attrgetter("depth"), reverse=True)
+
+
+async def _copy_path(conn: AsyncConnection, leaf_pk: int | None, target: int) -> int | None:
+    """Copy the path ending at `leaf_pk` into conversation `target` (which has no messages yet)
+    as a chain with sequence numbers `0..n-1`; return the copy of the leaf.
+
+    Done in SQL (no body passes through Python): the rows are copied with `INSERT ... SELECT`,
+    then each copy is linked to the copy with the sequence number before it.
+    """
+    length = len(await _branches.path_ids(conn, leaf_pk))
+    if not length:
+        return None
+    up = _branches.up_from(literal(leaf_pk), "copied")
+    await conn.execute(
+        insert(Message).from_select(
+            ["conversation_id", "message_id", "parent_id", "seq", "role", "body"],
+            select(
+                literal(target, Message.conversation_id.type),
+                Message.message_id,
+                sql_cast(null(), Message.parent_id.type),
+                literal(length - 1, Integer) - up.c.depth,
+                Message.role,
+                Message.body,
+            ).join(up, up.c.id == Message.id),
+        )
+    )
+    previous = aliased(Message)
+    await conn.execute(
+        update(Message)
+        .where(Message.conversation_id == target, Message.seq > 0)
+        .values(
+            parent_id=select(previous.id)
+            .where(previous.conversation_id == target, previous.seq == Message.seq - 1)
+            .scalar_subquery()
+        )
+    )
+    await conn.execute(
+        update(ConversationRow).where(ConversationRow.id == target).values(next_seq=length)
+    )
+    leaf: int | None = await conn.scalar(
+        select(Message.id).where(Message.conversation_id == target, Message.seq == length - 1)
+    )
+    return leaf
 
 
 _TURN_COLUMNS = (

@@ -109,6 +109,9 @@ class Message(_Timestamps, Base):
         UniqueConstraint("conversation_id", "seq"),
         Index(None, "conversation_id", "message_id"),
         Index(None, "parent_id"),
+        # The children of a message (siblings, "2 / 3"), and the roots of a conversation, in
+        # sequence order (migration 0004).
+        Index(None, "conversation_id", "parent_id", "seq"),
         {"sqlite_autoincrement": True},
     )
 

@@ -1,0 +1,242 @@
+"""The branch read API (docs/branching.md): a conversation's branches, a branch's transcript,
+and the siblings of a message.
+
+The gateway reads these straight from SQL, like `get-messages`; nothing here goes through the
+owner shard. Writes (create, rename, delete, fork) will go through the owner shard, which holds
+the conversation's live state; they are not served here.
+
+Errors are JSON `{"code", "message"}` with a stable `code`: 404 `unknown_agent`,
+`unknown_branch`, `unknown_message`; 503 `database_unavailable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, Final, Protocol
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+
+from durachat_infra.store import (
+    MAIN_BRANCH,
+    BranchRecord,
+    BranchRef,
+    ConversationKey,
+    DatabaseUnavailableError,
+    Store,
+    UnknownBranchError,
+    parse_branch_ref,
+)
+
+__all__ = [
+    "BRANCH_QUERY_DESCRIPTION",
+    "GET_MESSAGES_RESPONSES",
+    "BranchList",
+    "BranchOut",
+    "BranchReads",
+    "ErrorBody",
+    "SiblingsOut",
+    "branch_messages",
+    "branch_router",
+]
+
+
+class ErrorBody(BaseModel):
+    """An error of the branch API."""
+
+    code: str = Field(
+        description="stable: unknown_agent, unknown_branch, unknown_message, database_unavailable"
+    )
+    message: str = Field(description="for humans; may change")
+
+
+class BranchOut(BaseModel):
+    """A branch: a named pointer to a leaf of the conversation's message tree."""
+
+    id: int = Field(description="stable id of the branch; usable wherever a branch is named")
+    name: str = Field(description="unique in the conversation; every conversation has `main`")
+    leaf_message_id: str | None = Field(
+        description="UIMessage id of the branch's last message; null for an empty branch"
+    )
+    parent_branch_id: int | None = Field(description="the branch this one was forked from")
+    fork_message_id: str | None = Field(
+        description="UIMessage id of the message this branch was forked at"
+    )
+    created_at: datetime
+    updated_at: datetime = Field(description="last change: leaf moved or renamed")
+
+
+class BranchList(BaseModel):
+    """The branches of a conversation, oldest first (`main` first). Empty for a conversation
+    that does not exist yet (it is created by its first message; `main` is always readable by
+    name)."""
+
+    branches: list[BranchOut]
+
+
+class SiblingsOut(BaseModel):
+    """The alternatives of a message for a "2 / 3" picker: every child of its parent, oldest
+    first, the message itself included, and its position among them."""
+
+    siblings: list[str] = Field(description="UIMessage ids, oldest first")
+    index: int = Field(description="position of the message in `siblings` (0-based)")
+
+
+class BranchReads(Protocol):
+    """What the routes need from the gateway."""
+
+    store: Store
+
+    def agents(self) -> set[str]:
+        """Agent names served by the live shards."""
+        ...
+
+
+BRANCH_QUERY_DESCRIPTION: Final = (
+    "the branch to read: its id (digits) or its name; `main` when absent or empty"
+)
+
+_ERRORS: Final[dict[int | str, dict[str, Any]]] = {
+    404: {"model": ErrorBody, "description": "unknown agent, branch or message"},
+    503: {"model": ErrorBody, "description": "the database is unavailable (retry)"},
+}
+
+GET_MESSAGES_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
+    200: {
+        "description": "the UIMessages on the branch, root first",
+        "content": {"application/json": {"schema": {"type": "array", "items": {"type": "object"}}}},
+    },
+    400: {"description": "unknown agent (plain text `Invalid request`, as the reference)"},
+    404: {"model": ErrorBody, "description": "unknown branch (only with `?branch=`)"},
+    503: {"model": ErrorBody, "description": "the database is unavailable (retry)"},
+}
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"code": code, "message": message}, status)
+
+
+def _unavailable() -> JSONResponse:
+    return _error(503, "database_unavailable", "the transcript store is unavailable")
+
+
+def _unknown_branch(branch: BranchRef) -> JSONResponse:
+    return _error(404, "unknown_branch", f"the conversation has no branch {branch!r}")
+
+
+def _ref(branch: str | None) -> BranchRef:
+    return parse_branch_ref(branch) if branch else MAIN_BRANCH
+
+
+def _branch_json(record: BranchRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "name": record.name,
+        "leaf_message_id": record.leaf_message_id,
+        "parent_branch_id": record.parent_branch_id,
+        "fork_message_id": record.fork_message_id,
+        "created_at": record.created_at.isoformat(),
+        "updated_at": record.updated_at.isoformat(),
+    }
+
+
+async def _guard(call: Callable[[], Awaitable[Response]]) -> Response:
+    try:
+        return await call()
+    except DatabaseUnavailableError:
+        return _unavailable()
+
+
+async def branch_messages(store: Store, key: ConversationKey, branch: str) -> Response:
+    """`get-messages?branch=`: the UIMessages on one branch, root first.
+
+    `main` (or an empty value) reads exactly what `get-messages` reads without the parameter:
+    `[]` for a conversation that does not exist yet. Any other branch of an unknown
+    conversation, or an unknown branch, is 404 `unknown_branch`.
+    """
+    ref = _ref(branch)
+
+    async def read() -> Response:
+        if ref == MAIN_BRANCH:
+            return JSONResponse(await store.transcript(key))
+        conversation = await store.find_conversation(key)
+        path = None if conversation is None else await store.branch_path(conversation.id, ref)
+        if path is None:
+            return _unknown_branch(ref)
+        return JSONResponse([m.message for m in path])
+
+    return await _guard(read)
+
+
+def branch_router(runtime: Callable[[], BranchReads], tenant: str) -> APIRouter:
+    """The read routes, for conversations of `tenant`; `runtime` gives the gateway's state
+    when a request comes in."""
+    router = APIRouter(tags=["branches"])
+
+    def unknown_agent(agent: str) -> Response | None:
+        if agent in runtime().agents():
+            return None
+        return _error(404, "unknown_agent", f"no live shard serves agent {agent!r}")
+
+    @router.get(
+        "/agents/{agent}/{name}/branches",
+        response_model=BranchList,
+        responses=_ERRORS,
+        summary="List a conversation's branches",
+    )
+    async def list_branches(
+        agent: str = Path(description="the agent (kebab-case class name)"),
+        name: str = Path(description="the conversation's name"),
+    ) -> Response:
+        if (denied := unknown_agent(agent)) is not None:
+            return denied
+        store = runtime().store
+
+        async def read() -> Response:
+            conversation = await store.find_conversation(ConversationKey(tenant, agent, name))
+            records = [] if conversation is None else await store.list_branches(conversation.id)
+            return JSONResponse({"branches": [_branch_json(r) for r in records]})
+
+        return await _guard(read)
+
+    @router.get(
+        "/agents/{agent}/{name}/messages/{message_id}/siblings",
+        response_model=SiblingsOut,
+        responses=_ERRORS,
+        summary="The alternatives of a message on a branch",
+    )
+    async def siblings(
+        agent: str = Path(description="the agent (kebab-case class name)"),
+        name: str = Path(description="the conversation's name"),
+        message_id: str = Path(description="UIMessage id of a message on the branch's path"),
+        branch: str | None = Query(None, description=BRANCH_QUERY_DESCRIPTION),
+    ) -> Response:
+        if (denied := unknown_agent(agent)) is not None:
+            return denied
+        store = runtime().store
+        ref = _ref(branch)
+
+        async def read() -> Response:
+            conversation = await store.find_conversation(ConversationKey(tenant, agent, name))
+            if conversation is None:
+                if ref != MAIN_BRANCH:
+                    return _unknown_branch(ref)
+                found = None
+            else:
+                try:
+                    found = await store.siblings(conversation.id, message_id, ref)
+                except UnknownBranchError:
+                    return _unknown_branch(ref)
+            if found is None:
+                return _error(
+                    404,
+                    "unknown_message",
+                    f"message {message_id!r} is not on the branch {ref!r}",
+                )
+            return JSONResponse({"siblings": list(found.ids), "index": found.index})
+
+        return await _guard(read)
+
+    return router
