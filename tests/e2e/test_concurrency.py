@@ -76,3 +76,20 @@ async def test_drop_refuses_a_send_while_busy(cluster: LocalCluster, conversatio
     history = await get_messages(cluster.urls[0], "drop-agent", conversation)
     assert [m["role"] for m in history] == ["user", "assistant"]
     await client.close()
+
+
+async def test_a_queued_send_is_answered_after_the_reply_before_it(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    client = await WsClient.connect(cluster.urls[0], "chat-agent", conversation)
+    u1, u2 = user_message("slow one"), user_message("two")
+    r1, r2 = chat_request([u1]), chat_request([u1, u2])
+    await client.send(r1)
+    await client.wait_for(lambda f: f.get("id") == r1["id"] and f.get("seq") == 2, timeout=20)
+    await client.send(r2)
+    await client.wait_done(str(r2["id"]), timeout=30)
+    # The second turn answers its own message, although the first reply was stored after it.
+    assert client.text(str(r2["id"])) == "echo: two"
+    history = await get_messages(cluster.urls[0], "chat-agent", conversation)
+    assert [m["role"] for m in history] == ["user", "user", "assistant", "assistant"]
+    await client.close()

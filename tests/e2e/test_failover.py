@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -206,7 +207,6 @@ async def test_sigterm_mid_reply_lets_the_reply_finish(cluster: LocalCluster) ->
     _replace(cluster, owner)
 
 
-@pytest.mark.timeout(180)
 async def test_a_joining_shard_does_not_cut_off_a_streaming_turn(cluster: LocalCluster) -> None:
     from durachat_infra.cluster import owner_of
     from durachat_infra.keys import conversation_tag
@@ -221,9 +221,8 @@ async def test_a_joining_shard_does_not_cut_off_a_streaming_turn(cluster: LocalC
         if owner_of(conversation_tag("default", AGENT, n), [*live, joiner]) == joiner
     )
     client = await WsClient.connect(cluster.urls[0], AGENT, name)
-    # Five slow replies queue up: about 25 s of streaming on the current owner, so one is still
-    # streaming when the joiner is up even on a loaded machine.
-    requests = [chat_request([user_message(f"slow {i} while a shard joins")]) for i in range(5)]
+    # Three slow replies queue up: about 15 s of streaming on the current owner.
+    requests = [chat_request([user_message(f"slow {i} while a shard joins")]) for i in range(3)]
     for request in requests:
         await client.send(request)
     first = requests[0]["id"]
@@ -235,7 +234,8 @@ async def test_a_joining_shard_does_not_cut_off_a_streaming_turn(cluster: LocalC
     assert new_owner.pid == process.pid != old_owner.pid
     # Frames of the running turn still reach the shard that holds it: cancel the one streaming.
     finished = {f["id"] for f in client.frames if f.get("done") is True}
-    running = next(r["id"] for r in requests if r["id"] not in finished)
+    running = next((r["id"] for r in requests if r["id"] not in finished), None)
+    assert running is not None, json.dumps([f for f in client.frames if f.get("done")])
     await client.send({"type": "cf_agent_chat_request_cancel", "id": running})
     done = await client.wait_done(running, timeout=15)
     assert done["outcome"] == "aborted"
@@ -246,5 +246,5 @@ async def test_a_joining_shard_does_not_cut_off_a_streaming_turn(cluster: LocalC
     assert await _chat(client, [*history, user_message("after the join")]) == "echo: after the join"
     after = await get_messages(cluster.urls[0], AGENT, name)
     assert [m["role"] for m in after][-2:] == ["user", "assistant"]
-    assert len(after) == 12
+    assert len(after) == 8
     await client.close()

@@ -9,6 +9,8 @@
 * `postgres_table_locked(server, database, table)`: another transaction holds an
   `ACCESS EXCLUSIVE` lock on a table, so every query touching it hangs (there is no statement
   timeout) until the block exits: a database that stops answering rather than refusing.
+* `sqlite_writer_idle(path)`: whether no durachat process is writing the SQLite database right
+  now (its writers hold the store's write gate, an advisory lock on `<database>.wlock`).
 * `sql_rows(url, query, **params)`: rows of a query, on SQLite or PostgreSQL.
 * `LogMark`: what a process logged after a point in time.
 """
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import os
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -52,6 +56,20 @@ async def sqlite_write_lock(path: Path) -> AsyncIterator[None]:
             await asyncio.to_thread(conn.execute, "ROLLBACK")
     finally:
         await asyncio.to_thread(conn.close)
+
+
+def sqlite_writer_idle(path: Path) -> bool:
+    """Whether the store's write gate of the SQLite database at `path` is free right now."""
+    fd = os.open(path.with_name(path.name + ".wlock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    finally:
+        os.close(fd)
 
 
 async def _admin(server: PostgresServer, sql: str, *args: Any) -> None:

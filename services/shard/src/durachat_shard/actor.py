@@ -973,6 +973,17 @@ class ConversationActor:
                 await self._last_write
         await self.emit.flush()
 
+    def _model_view(self, anchor: str | None) -> list[UIMessage]:
+        """The transcript a new turn answers: up to its own user message (`anchor`), which
+        comes last. Replies to earlier messages that were stored after it (they streamed while
+        it waited in the queue) go before it; messages sent after it are the next turns'."""
+        messages = self.transcript.messages
+        at = self.transcript.index_of(anchor) if anchor is not None else None
+        if at is None:
+            return list(messages)
+        later = [m for m in messages[at + 1 :] if m.get("role") == "assistant"]
+        return [*messages[:at], *later, messages[at]]
+
     def _client_tools(self, schemas: list[JSONDict] | None) -> set[str]:
         """Names of the tools the client resolves: the agent's client tools and the
         request's dynamic ones."""
@@ -1276,9 +1287,15 @@ class ConversationActor:
                 base=(str(base["id"]), len(base["parts"])) if continuation else None,
             )
         splice = recovered.splice if recovered is not None else None
+        if recovered is not None:
+            seen = list(recovered.messages)
+        elif continuation:
+            seen = list(messages)
+        else:
+            seen = self._model_view(queued.anchor)
         turn = Turn(
             request_id=request.request_id,
-            messages=list(recovered.messages if recovered is not None else messages),
+            messages=seen,
             body=request.body,
             abort=abort,
             continuation=continuation or splice is not None,
