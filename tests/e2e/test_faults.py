@@ -831,8 +831,15 @@ async def test_a_chat_in_an_active_conversation_while_postgres_is_down_ends(
     done = postgres_down.active_done
     assert done is not None, "the client is still waiting for its reply"
     assert done.get("outcome") in ("error", "aborted"), done
-    # The reply in flight when it went down ends too (its reply could not be stored).
-    assert postgres_down.inflight_done is not None
+    # The reply in flight when it went down ends too, as an error: it could not be stored.
+    done = postgres_down.inflight_done
+    assert done is not None and done.get("outcome") == "error", done
+    errors = [
+        f
+        for f in postgres_down.inflight_client.frames
+        if f.get("id") == postgres_down.inflight_request and f.get("error") is True
+    ]
+    assert errors, "no error frame before the terminal frame"
 
 
 @pytest.mark.postgres

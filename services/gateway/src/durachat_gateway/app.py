@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from starlette.websockets import WebSocketDisconnect
 
 from durachat.protocol import MessageType
+from durachat_gateway.branch_writes import branch_write_router
 from durachat_gateway.branches_api import (
     BRANCH_QUERY_DESCRIPTION,
     GET_MESSAGES_RESPONSES,
@@ -109,6 +110,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
 
     # The branch read API (before the `/agents/{path}` catch-all below).
     app.include_router(branch_router(rt, settings.tenant))
+    app.include_router(branch_write_router(rt, settings.tenant))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

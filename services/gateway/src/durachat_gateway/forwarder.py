@@ -45,7 +45,12 @@ class Forwarder:
         await self._http.aclose()
 
     async def forward(self, routing_key: str, payload: dict[str, Any]) -> None:
-        """Deliver `payload` to the owner of `routing_key`; raises `ForwardError`."""
+        """Deliver a client frame to the owner of `routing_key`; raises `ForwardError`."""
+        await self.call(routing_key, "/internal/v1/frames", payload)
+
+    async def call(self, routing_key: str, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST `payload` to `path` of the owner of `routing_key` and return its JSON answer;
+        raises `ForwardError`."""
         deadline = time.monotonic() + self._timeout
         delay = 0.02
         last_error = "no live shard"
@@ -59,15 +64,13 @@ class Forwarder:
             hint = None
             if owner is not None:
                 try:
-                    response = await self._http.post(
-                        f"http://{owner.address}/internal/v1/frames", json=payload
-                    )
+                    response = await self._http.post(f"http://{owner.address}{path}", json=payload)
                 except httpx.HTTPError as exc:
                     last_error = f"shard {owner.id} unreachable: {exc!r}"
                 else:
-                    if response.status_code == 200:
-                        return
                     body = _json(response)
+                    if response.status_code == 200:
+                        return body
                     code = str(body.get("code", "shard_error"))
                     if response.status_code == 409 and isinstance(body.get("owner"), str):
                         hint = body["owner"]

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from durachat.agent import Agent, MessagesOrUpdate, Turn, TurnResult, TurnStatusName
 from durachat.messages import ReplyAssembler, new_assistant_id, new_request_id, repair_transcript
@@ -59,6 +59,8 @@ from durachat_shard.requests import ChatRequest, FrameError, parse_chat_request,
 from durachat_shard.transcript import Change, Transcript
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 GENERIC_ERROR = "An error occurred."
 
@@ -307,6 +309,21 @@ class ConversationActor:
         else:
             log.error("conversation %s: write failed, stepping down: %r", self.conversation_id, exc)
         self.step_down()
+
+    async def settled_writes(self) -> None:
+        """Wait until every write queued so far is done (or failed)."""
+        if self._last_write is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._last_write)
+
+    async def run_write(self, work: Callable[[FencedTransaction], Awaitable[T]]) -> T:
+        """Run `work` in a fenced transaction of its own, after the writes queued before it,
+        and return its result. Unlike the write chain, its errors are the caller's: nothing of
+        it is applied, and the actor carries on (a `FencedError` still means it lost the
+        conversation)."""
+        await self.settled_writes()
+        async with self.store.transaction(self.conversation_id, self.epoch) as tx:
+            return await work(tx)
 
     async def _write(self, work: Callable[[FencedTransaction], Awaitable[None]]) -> None:
         """A write that the caller waits for (still in order with the queued ones)."""

@@ -16,6 +16,7 @@ from durachat_infra.cluster import RECOVER_PATH
 from durachat_infra.eventlog import LogWriter
 from durachat_infra.store import ConversationKey, DatabaseUnavailableError
 from durachat_shard import metrics
+from durachat_shard.branch_ops import BranchOpIn, apply_branch_op
 from durachat_shard.hosting import Conversations, NotOwnerError, UnknownAgentError
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,30 @@ def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) ->
             return JSONResponse({"code": "database_unavailable"}, status_code=503)
         await writer.flush()
         return JSONResponse({"ok": True, "shard": shard_id})
+
+    @app.post("/internal/v1/branches")
+    async def branches(item: BranchOpIn) -> JSONResponse:
+        key = ConversationKey(item.tenant, item.agent, item.name)
+        try:
+            actor = await conversations.get(key)
+            status, body = await apply_branch_op(actor, item)
+        except NotOwnerError as exc:
+            return JSONResponse(
+                {"code": "not_owner", "owner": exc.owner, "shard": shard_id}, status_code=409
+            )
+        except UnknownAgentError:
+            return JSONResponse({"code": "unknown_agent"}, status_code=404)
+        except DatabaseUnavailableError as exc:
+            log.warning("database unavailable: %s", exc)
+            status, body = (
+                503,
+                {
+                    "code": "database_unavailable",
+                    "message": "the transcript store is unavailable",
+                },
+            )
+        # The outcome of the operation travels in the body: the gateway relays it as is.
+        return JSONResponse({"status": status, "body": body})
 
     @app.get("/metrics")
     async def prometheus() -> Response:

@@ -1,0 +1,159 @@
+"""The branch write API (docs/branching.md): create, rename and delete a branch, fork a branch
+into a new conversation.
+
+Writes go to the conversation's owner shard, which runs them fenced by the conversation's epoch
+and in order with its own writes; the gateway relays the outcome. Errors are JSON
+`{"code", "message"}` with a stable `code`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from fastapi import APIRouter, Path
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+
+from durachat_gateway.branches_api import BranchOut, ErrorBody
+from durachat_gateway.forwarder import Forwarder, ForwardError
+from durachat_infra.keys import conversation_tag
+
+
+class BranchWrites(Protocol):
+    """What the routes need from the gateway."""
+
+    forwarder: Forwarder
+
+    def agents(self) -> set[str]:
+        """Agent names served by the live shards."""
+        ...
+
+
+class BranchCreate(BaseModel):
+    """A new branch, forked from `from_branch` at message `at`."""
+
+    name: str = Field(description="unique in the conversation; not digits only")
+    from_branch: str | None = Field(None, description="branch id or name; `main` when absent")
+    at: str | None = Field(
+        None, description="UIMessage id on that branch to fork at; its leaf when absent"
+    )
+
+
+class BranchRename(BaseModel):
+    """A branch's new name."""
+
+    name: str
+
+
+class ForkCreate(BaseModel):
+    """The new conversation a branch is copied into (same agent)."""
+
+    name: str = Field(description="the new conversation's name; it must not exist")
+
+
+class ForkOut(BaseModel):
+    """The conversation created by a fork."""
+
+    agent: str
+    name: str
+
+
+class DeletedOut(BaseModel):
+    """What deleting a branch removed."""
+
+    deleted_messages: int = Field(description="messages no other branch reached")
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "invalid name or request"},
+    404: {"model": ErrorBody, "description": "unknown agent, branch or message"},
+    409: {"model": ErrorBody, "description": "name taken, or `main` (cannot change)"},
+    503: {"model": ErrorBody, "description": "no shard or database available (retry)"},
+}
+
+
+def branch_write_router(runtime: Callable[[], BranchWrites], tenant: str) -> APIRouter:
+    """The write routes, for conversations of `tenant`."""
+    router = APIRouter(tags=["branches"])
+
+    async def call(agent: str, name: str, op: dict[str, Any]) -> Response:
+        r = runtime()
+        if agent not in r.agents():
+            return JSONResponse(
+                {"code": "unknown_agent", "message": f"no live shard serves agent {agent!r}"}, 404
+            )
+        payload = {"tenant": tenant, "agent": agent, "name": name, **op}
+        try:
+            answer = await r.forwarder.call(
+                conversation_tag(tenant, agent, name), "/internal/v1/branches", payload
+            )
+        except ForwardError as exc:
+            status = 404 if exc.code == "unknown_agent" else 503
+            return JSONResponse({"code": exc.code, "message": exc.message}, status)
+        return JSONResponse(answer.get("body", {}), int(answer.get("status", 500)))
+
+    conversation = {
+        "agent": Path(description="the agent (kebab-case class name)"),
+        "name": Path(description="the conversation's name"),
+    }
+
+    @router.post(
+        "/agents/{agent}/{name}/branches",
+        status_code=201,
+        response_model=BranchOut,
+        responses=_ERRORS,
+        summary="Create a branch",
+    )
+    async def create(
+        body: BranchCreate, agent: str = conversation["agent"], name: str = conversation["name"]
+    ) -> Response:
+        return await call(
+            agent,
+            name,
+            {"op": "create", "new_name": body.name, "branch": body.from_branch, "at": body.at},
+        )
+
+    @router.patch(
+        "/agents/{agent}/{name}/branches/{branch}",
+        response_model=BranchOut,
+        responses=_ERRORS,
+        summary="Rename a branch",
+    )
+    async def rename(
+        body: BranchRename,
+        agent: str = conversation["agent"],
+        name: str = conversation["name"],
+        branch: str = Path(description="branch id or name"),
+    ) -> Response:
+        return await call(agent, name, {"op": "rename", "branch": branch, "new_name": body.name})
+
+    @router.delete(
+        "/agents/{agent}/{name}/branches/{branch}",
+        response_model=DeletedOut,
+        responses=_ERRORS,
+        summary="Delete a branch and the messages only it reaches",
+    )
+    async def delete(
+        agent: str = conversation["agent"],
+        name: str = conversation["name"],
+        branch: str = Path(description="branch id or name"),
+    ) -> Response:
+        return await call(agent, name, {"op": "delete", "branch": branch})
+
+    @router.post(
+        "/agents/{agent}/{name}/branches/{branch}/fork",
+        status_code=201,
+        response_model=ForkOut,
+        responses=_ERRORS,
+        summary="Copy a branch into a new conversation",
+    )
+    async def fork(
+        body: ForkCreate,
+        agent: str = conversation["agent"],
+        name: str = conversation["name"],
+        branch: str = Path(description="branch id or name"),
+    ) -> Response:
+        return await call(agent, name, {"op": "fork", "branch": branch, "new_name": body.name})
+
+    return router

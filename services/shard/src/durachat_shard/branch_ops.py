@@ -1,0 +1,93 @@
+"""Branch writes (create, rename, delete, fork into a new conversation), run by the owner.
+
+They go through the conversation's owner so they are fenced by its epoch and ordered after the
+writes it has queued. Each answers `(status, body)`: the branch record, or an error with a stable
+code.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from durachat_infra.store import (
+    BranchExistsError,
+    BranchRecord,
+    ConversationExistsError,
+    ConversationKey,
+    MainBranchError,
+    UnknownBranchError,
+    UnknownMessageError,
+    parse_branch_ref,
+)
+from durachat_shard.actor import ConversationActor
+
+
+class BranchOpIn(BaseModel):
+    """A branch write forwarded by a gateway."""
+
+    tenant: str
+    agent: str
+    name: str
+    op: Literal["create", "rename", "delete", "fork"]
+    branch: str | None = None
+    """The branch acted on (create: the one forked from; `main` when absent)."""
+    new_name: str | None = None
+    """create, rename: the branch's name; fork: the new conversation's name."""
+    at: str | None = None
+    """create: the UIMessage id to fork at (the branch's leaf when absent)."""
+
+
+def branch_json(record: BranchRecord) -> dict[str, Any]:
+    """A branch as the HTTP API shows it."""
+    return {
+        "id": record.id,
+        "name": record.name,
+        "leaf_message_id": record.leaf_message_id,
+        "parent_branch_id": record.parent_branch_id,
+        "fork_message_id": record.fork_message_id,
+        "created_at": record.created_at.isoformat(),
+        "updated_at": record.updated_at.isoformat(),
+    }
+
+
+def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
+    return status, {"code": code, "message": message}
+
+
+async def apply_branch_op(actor: ConversationActor, op: BranchOpIn) -> tuple[int, dict[str, Any]]:
+    """Run one branch write for `actor`'s conversation."""
+    ref = parse_branch_ref(op.branch) if op.branch else "main"
+    try:
+        if op.op == "fork":
+            if not op.new_name:
+                return _error(400, "invalid_request", "a fork needs the new conversation's name")
+            await actor.settled_writes()
+            target = ConversationKey(op.tenant, op.agent, op.new_name)
+            await actor.store.fork_conversation(actor.key, ref, target)
+            return 201, {"agent": op.agent, "name": op.new_name}
+        if op.op == "create":
+            name = op.new_name or ""
+            return 201, branch_json(
+                await actor.run_write(
+                    lambda tx: tx.create_branch(name, from_branch=ref, fork_message_id=op.at)
+                )
+            )
+        if op.op == "rename":
+            name = op.new_name or ""
+            return 200, branch_json(await actor.run_write(lambda tx: tx.rename_branch(ref, name)))
+        deleted = await actor.run_write(lambda tx: tx.delete_branch(ref))
+        return 200, {"deleted_messages": deleted}
+    except ValueError as exc:
+        return _error(400, "invalid_branch_name", str(exc))
+    except UnknownBranchError:
+        return _error(404, "unknown_branch", f"the conversation has no branch {ref!r}")
+    except UnknownMessageError:
+        return _error(404, "unknown_message", f"message {op.at!r} is not on the branch {ref!r}")
+    except BranchExistsError:
+        return _error(409, "branch_exists", f"a branch named {op.new_name!r} exists already")
+    except MainBranchError:
+        return _error(409, "main_branch", "the main branch cannot be renamed or deleted")
+    except ConversationExistsError:
+        return _error(409, "conversation_exists", f"conversation {op.new_name!r} exists already")

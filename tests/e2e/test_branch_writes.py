@@ -1,0 +1,112 @@
+"""The branch write API through real gateways and the owner shard: create, rename, delete, fork
+into a new conversation, and their errors."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from durachat_infra.local.cluster import LocalCluster
+from support.wsclient import WsClient, chat_request, user_message
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+
+AGENT = "chat-agent"
+
+
+@pytest.fixture
+async def http(cluster: LocalCluster) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=cluster.urls[1], timeout=20) as client:
+        yield client
+
+
+async def two_turns(cluster: LocalCluster, conversation: str) -> list[str]:
+    """A conversation `[u1, a1, u2, a2]` on main; returns the four message ids."""
+    ws = await WsClient.connect(cluster.urls[0], AGENT, conversation)
+    try:
+        u1, u2 = user_message("one"), user_message("two")
+        first = chat_request([u1])
+        await ws.send(first)
+        await ws.wait_done(first["id"])
+        a1 = {"id": ws.chunks(first["id"])[0]["messageId"], "role": "assistant", "parts": []}
+        second = chat_request([u1, a1, u2])
+        await ws.send(second)
+        await ws.wait_done(second["id"])
+        return [u1["id"], a1["id"], u2["id"], ws.chunks(second["id"])[0]["messageId"]]
+    finally:
+        await ws.close()
+
+
+async def test_create_rename_delete_a_branch(
+    cluster: LocalCluster, http: httpx.AsyncClient, conversation: str
+) -> None:
+    u1, a1, _u2, _a2 = await two_turns(cluster, conversation)
+    base = f"/agents/{AGENT}/{conversation}"
+    created = await http.post(f"{base}/branches", json={"name": "idea", "at": a1})
+    assert created.status_code == 201, created.text
+    branch = created.json()
+    assert branch["name"] == "idea" and branch["leaf_message_id"] == a1
+    assert branch["fork_message_id"] == a1
+    listed = (await http.get(f"{base}/branches")).json()["branches"]
+    assert [b["name"] for b in listed] == ["main", "idea"]
+    path = (await http.get(f"{base}/get-messages", params={"branch": "idea"})).json()
+    assert [m["id"] for m in path] == [u1, a1]
+
+    renamed = await http.patch(f"{base}/branches/{branch['id']}", json={"name": "better idea"})
+    assert renamed.status_code == 200 and renamed.json()["name"] == "better idea"
+
+    deleted = await http.delete(f"{base}/branches/better idea")
+    # Everything on it is shared with main: nothing is deleted but the branch.
+    assert deleted.status_code == 200 and deleted.json() == {"deleted_messages": 0}
+    assert [b["name"] for b in (await http.get(f"{base}/branches")).json()["branches"]] == [
+        "main"
+    ]
+    assert len((await http.get(f"{base}/get-messages")).json()) == 4
+
+
+async def test_branch_write_errors_have_stable_codes(
+    cluster: LocalCluster, http: httpx.AsyncClient, conversation: str
+) -> None:
+    _u1, a1, _u2, _a2 = await two_turns(cluster, conversation)
+    base = f"/agents/{AGENT}/{conversation}"
+    assert (await http.post(f"{base}/branches", json={"name": "x"})).status_code == 201
+    taken = await http.post(f"{base}/branches", json={"name": "x"})
+    assert (taken.status_code, taken.json()["code"]) == (409, "branch_exists")
+    digits = await http.post(f"{base}/branches", json={"name": "123"})
+    assert (digits.status_code, digits.json()["code"]) == (400, "invalid_branch_name")
+    stray = await http.post(f"{base}/branches", json={"name": "y", "at": "no-such-message"})
+    assert (stray.status_code, stray.json()["code"]) == (404, "unknown_message")
+    main = await http.delete(f"{base}/branches/main")
+    assert (main.status_code, main.json()["code"]) == (409, "main_branch")
+    unknown = await http.patch(f"{base}/branches/nope", json={"name": "z"})
+    assert (unknown.status_code, unknown.json()["code"]) == (404, "unknown_branch")
+    agent = await http.post("/agents/no-such-agent/c/branches", json={"name": "x"})
+    assert (agent.status_code, agent.json()["code"]) == (404, "unknown_agent")
+    # The conversation is unharmed and still answers.
+    assert len((await http.get(f"{base}/get-messages")).json()) == 4
+
+
+async def test_fork_a_branch_into_a_new_conversation(
+    cluster: LocalCluster, http: httpx.AsyncClient, conversation: str
+) -> None:
+    u1, a1, _u2, _a2 = await two_turns(cluster, conversation)
+    base = f"/agents/{AGENT}/{conversation}"
+    await http.post(f"{base}/branches", json={"name": "short", "at": a1})
+    target = f"{conversation}-fork"
+    forked = await http.post(f"{base}/branches/short/fork", json={"name": target})
+    assert forked.status_code == 201, forked.text
+    assert forked.json() == {"agent": AGENT, "name": target}
+    copied = (await http.get(f"/agents/{AGENT}/{target}/get-messages")).json()
+    assert [m["id"] for m in copied] == [u1, a1]
+    again = await http.post(f"{base}/branches/short/fork", json={"name": target})
+    assert (again.status_code, again.json()["code"]) == (409, "conversation_exists")
+    # The fork is a conversation of its own: it goes on without touching the original.
+    ws = await WsClient.connect(cluster.urls[0], AGENT, target)
+    request = chat_request([*copied, user_message("and then")])
+    await ws.send(request)
+    await ws.wait_done(request["id"])
+    assert ws.text(request["id"]) == "echo: and then"
+    await ws.close()
+    assert len((await http.get(f"{base}/get-messages")).json()) == 4
