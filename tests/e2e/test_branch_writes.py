@@ -69,7 +69,7 @@ async def test_create_rename_delete_a_branch(
 async def test_branch_write_errors_have_stable_codes(
     cluster: LocalCluster, http: httpx.AsyncClient, conversation: str
 ) -> None:
-    _u1, a1, _u2, _a2 = await two_turns(cluster, conversation)
+    _u1, _a1, _u2, _a2 = await two_turns(cluster, conversation)
     base = f"/agents/{AGENT}/{conversation}"
     assert (await http.post(f"{base}/branches", json={"name": "x"})).status_code == 201
     taken = await http.post(f"{base}/branches", json={"name": "x"})
