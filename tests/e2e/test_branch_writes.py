@@ -60,9 +60,7 @@ async def test_create_rename_delete_a_branch(
     deleted = await http.delete(f"{base}/branches/better idea")
     # Everything on it is shared with main: nothing is deleted but the branch.
     assert deleted.status_code == 200 and deleted.json() == {"deleted_messages": 0}
-    assert [b["name"] for b in (await http.get(f"{base}/branches")).json()["branches"]] == [
-        "main"
-    ]
+    assert [b["name"] for b in (await http.get(f"{base}/branches")).json()["branches"]] == ["main"]
     assert len((await http.get(f"{base}/get-messages")).json()) == 4
 
 
