@@ -7,8 +7,8 @@ locked by another connection, the PostgreSQL database refuses connections. Waiti
 with deadlines.
 
 The Redis-data-loss and database scenarios run once (module fixtures) and record what clients
-saw; each test then checks one property. Properties the product does not have yet are strict
-`xfail`s naming the cause, so they turn into failures once it is fixed (then drop the marker).
+saw; each test then checks one property. The one property the product does not have yet is an
+`xfail` naming the cause.
 """
 
 from __future__ import annotations
@@ -531,13 +531,6 @@ async def test_after_redis_lost_its_data_the_cluster_serves_again(
     assert any("epoch counter behind the database" in m.since() for m in wiped.marks)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Fencing epoch reused after Redis data loss: the empty counter hands out epoch 1 "
-    "again, and Store.claim accepts an epoch equal to the stored one (idempotent re-claim), so "
-    "hosting._claim only advances when the stored epoch is strictly higher; old and new "
-    "owner then share one epoch and the SQL fence cannot tell them apart.",
-)
 async def test_after_redis_lost_its_data_a_new_owner_gets_a_fresh_epoch(
     cluster: LocalCluster, wiped: Wiped
 ) -> None:
@@ -747,13 +740,6 @@ async def test_a_new_chat_while_sqlite_is_locked_is_told_it_is_unavailable(
     _assert_unavailable(sqlite_locked)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hosting.Conversations._maintain_once awaits store.heartbeat_turns (a SQL write that "
-    "waits out the 5 s busy timeout, queued behind the other writers) before renewing the "
-    "leases, whose TTL is shorter: every lease of the shard expires, and the terminal frames "
-    "of the turns that failed are then fenced off the event log.",
-)
 async def test_a_chat_in_an_active_conversation_while_sqlite_is_locked_ends(
     sqlite_locked: Outage,
 ) -> None:
@@ -843,12 +829,6 @@ async def test_a_chat_in_an_active_conversation_while_postgres_is_down_ends(
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="actor._after_write steps the actor down when the accept transaction fails, which "
-    "aborts the running turn: the client gets outcome `aborted` (as after its own cancel), "
-    "no error frame and no error flag.",
-)
 async def test_a_chat_refused_for_lack_of_database_is_reported_as_an_error(
     postgres_down: Outage,
 ) -> None:
@@ -865,13 +845,6 @@ async def test_service_resumes_by_itself_when_postgres_is_back(
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="The whole reply, `finish` included, was in the event log; only storing it failed. "
-    "Recovery (actor._plan_recovery) still continues the turn: it calls the model again with "
-    "the full reply as prefill, and the empty continuation leaves a lone `step-start` part at "
-    "the end of the stored reply (a real model could also add text to a finished answer).",
-)
 async def test_a_reply_that_streamed_to_the_end_is_stored_as_it_streamed(
     pg_cluster: tuple[LocalCluster, PostgresServer, str], postgres_down: Outage
 ) -> None:
@@ -889,14 +862,6 @@ async def test_a_reply_that_streamed_to_the_end_is_stored_as_it_streamed(
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="The gateway gives up on a frame after DURACHAT_FORWARD_TIMEOUT and tells the client "
-    "the conversation is unavailable (gateway app._forward), but the shard's /internal/v1/frames "
-    "handler it timed out on is not cancelled: once the database answers, it activates the "
-    "conversation and runs the request anyway. A client that retries with a new request id, "
-    "as it was told to, gets the message answered twice.",
-)
 async def test_a_chat_reported_unavailable_does_not_run_later(
     pg_cluster: tuple[LocalCluster, PostgresServer, str],
 ) -> None:

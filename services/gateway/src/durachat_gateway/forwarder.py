@@ -45,8 +45,13 @@ class Forwarder:
         await self._http.aclose()
 
     async def forward(self, routing_key: str, payload: dict[str, Any]) -> None:
-        """Deliver a client frame to the owner of `routing_key`; raises `ForwardError`."""
-        await self.call(routing_key, "/internal/v1/frames", payload)
+        """Deliver a client frame to the owner of `routing_key`; raises `ForwardError`.
+
+        The frame carries the moment this gateway gives up on it, so a shard that gets it
+        later (its database was slow, say) does not run a request the client was told failed.
+        """
+        deadline = time.time() + self._timeout
+        await self.call(routing_key, "/internal/v1/frames", {**payload, "deadline": deadline})
 
     async def call(self, routing_key: str, path: str, payload: dict[str, Any]) -> dict[str, Any]:
         """POST `payload` to `path` of the owner of `routing_key` and return its JSON answer;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -38,6 +39,8 @@ class JobDeps:
     incident_retention: float = 3_600.0
     backoff: dict[ConversationKey, tuple[float, float]] = field(default_factory=dict)
     """Conversations whose owner did not take them: (next try, current delay)."""
+    scanning: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held by the orphan scan running now (scans never overlap)."""
 
 
 def _deps(ctx: dict[str, Any]) -> JobDeps:
@@ -70,6 +73,14 @@ async def recover_orphans(ctx: dict[str, Any]) -> int:
     over.
     """
     deps = _deps(ctx)
+    assert deps.store is not None and deps.view is not None and deps.http is not None
+    if deps.scanning.locked():
+        return 0  # the previous scan is still handing conversations over
+    async with deps.scanning:
+        return await _recover_orphans(deps)
+
+
+async def _recover_orphans(deps: JobDeps) -> int:
     assert deps.store is not None and deps.view is not None and deps.http is not None
     turns = await deps.store.all_open_turns()
     if not turns:

@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 GENERIC_ERROR = "An error occurred."
+STORE_ERROR = "The conversation could not be saved. Please try again."
 
 
 @dataclass(slots=True)
@@ -215,6 +216,7 @@ class ConversationActor:
         self._inflight: JSONDict | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._checkpointing = False
+        self._write_failed = False
         self._stashes: dict[str, Any] = {}
         self._incidents = incidents or Incidents(
             store=store,
@@ -308,6 +310,7 @@ class ConversationActor:
             log.warning("conversation %s: write fenced off, stepping down", self.conversation_id)
         else:
             log.error("conversation %s: write failed, stepping down: %r", self.conversation_id, exc)
+            self._write_failed = True
         self.step_down()
 
     async def settled_writes(self) -> None:
@@ -695,6 +698,21 @@ class ConversationActor:
         partial = assembler.message if assembler is not None and rebuilt.chunks else None
         parts: list[JSONDict] = list(partial["parts"]) if partial is not None else []
         message_ids = None if continuation else user_ids
+        if partial is not None and any(c.get("type") == "finish" for c in rebuilt.chunks):
+            # The whole reply reached the log; only storing it was lost. No model call needed.
+            await self._write(
+                _chain(self._store_partial(partial), self._settle_turn(request_id, "completed"))
+            )
+            self.agent.messages = self.transcript.messages
+            self.emit.messages(self.transcript.messages)
+            self.emit.terminal(
+                request_id,
+                outcome=None,
+                message_ids=message_ids,
+                continuation=continuation,
+                streamed=True,
+            )
+            return None
         kind: RecoveryKind = "continue"
         if partial is None and not continuation:
             if not self._unanswered(anchor):
@@ -1411,6 +1429,9 @@ class ConversationActor:
         if outcome == "aborted" and self._checkpointing:
             # Handed over mid-stream: the next owner continues it from the log.
             return None
+        if outcome == "aborted" and self._write_failed and error_text is None:
+            # Stopped because the database refused a write: that is an error, not a cancel.
+            error_text = STORE_ERROR
         if error_text is None and assembler.error_text is not None:
             error_text = GENERIC_ERROR
         if error_text is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from fastapi import FastAPI
@@ -38,10 +39,16 @@ class FrameIn(BaseModel):
     name: str
     connection: str
     frame: dict[str, Any]
+    deadline: float | None = None
+    """When the gateway gives up on the frame (seconds since the epoch): a frame that reaches
+    its conversation later is not run, since the client was told it failed."""
 
 
 HANDLE_WAIT = 5.0
 """Seconds the internal API waits for a frame to be handled before it answers anyway."""
+
+ANSWER_MARGIN = 0.5
+"""Seconds before the gateway's deadline by which a frame's answer is sent."""
 
 
 def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) -> FastAPI:
@@ -62,11 +69,18 @@ def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) ->
         except DatabaseUnavailableError as exc:
             log.warning("database unavailable: %s", exc)
             return JSONResponse({"code": "database_unavailable"}, status_code=503)
+        wait = HANDLE_WAIT
+        if item.deadline is not None:
+            left = item.deadline - time.time()
+            if left <= 0:
+                return JSONResponse({"code": "expired", "shard": shard_id}, status_code=504)
+            # Answer before the gateway gives up, or it would report a frame that does run.
+            wait = max(0.0, min(HANDLE_WAIT, left - ANSWER_MARGIN))
         handled = actor.submit(item.connection, item.frame)
         # Answer once the frame is handled and what it sent is in the event log: a client's
         # next frame (a resume probe, say) then sees its effect.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(handled), HANDLE_WAIT)
+            await asyncio.wait_for(asyncio.shield(handled), wait)
         await writer.flush()
         return JSONResponse({"ok": True, "shard": shard_id})
 

@@ -74,6 +74,8 @@ class Conversations:
         self._drain_timeout = drain_timeout
         self._heartbeat_interval = turn_heartbeat_interval
         self._last_heartbeat = 0.0
+        self._beat: asyncio.Task[None] | None = None
+        self._releasing: set[asyncio.Task[None]] = set()
         self._prefix = key_prefix
         self._agents = agents
         self._model = model
@@ -105,13 +107,18 @@ class Conversations:
         while any(h.actor.busy for h in self._held.values()) and time.monotonic() < deadline:  # noqa: ASYNC110 - "busy" spans many actors and queues
             await asyncio.sleep(0.05)
         await cancel_and_wait(self._task)
+        await cancel_and_wait(self._beat)
         handed: list[ConversationKey] = []
         for key, held in list(self._held.items()):
             if held.actor.busy and not held.actor.fenced:
                 log.info("checkpointing %s for its next owner", key)
                 await held.actor.checkpoint()
                 handed.append(key)
-        await asyncio.gather(*(self._release(key) for key in list(self._held)))
+        await asyncio.gather(
+            *(self._release(key) for key in list(self._held)),
+            *list(self._releasing),
+            return_exceptions=True,
+        )
         if handed:
             await self._hand_over(handed)
 
@@ -173,13 +180,13 @@ class Conversations:
             # gateway there. Gateways keep retrying until the holder lets go.
             raise NotOwnerError(exc.holder) from exc
         conversation = await self._store.get_or_create_conversation(key)
-        epoch = await self._claim(keys, conversation.id, grant.epoch)
+        epoch = await self._claim(keys, conversation.id, grant.epoch, fresh=grant.fresh)
         stored = await self._store.load_path(conversation.id)
         # Activation can outlast the lease when the database is slow; confirm it is still held
         # (renewing it), and if it had to be taken again, claim the new epoch and re-read.
         again = await self._leases.acquire(keys)
         if again.fresh:
-            epoch = await self._claim(keys, conversation.id, again.epoch)
+            epoch = await self._claim(keys, conversation.id, again.epoch, fresh=True)
             stored = await self._store.load_path(conversation.id)
         agent = agent_cls(key.name, model=self._model)
         transcript = Transcript(
@@ -229,10 +236,12 @@ class Conversations:
         log.info("activated %s/%s/%s at epoch %d", key.tenant, key.agent, key.name, epoch)
         return held
 
-    async def _claim(self, keys: ConversationKeys, conversation_id: int, epoch: int) -> int:
+    async def _claim(
+        self, keys: ConversationKeys, conversation_id: int, epoch: int, *, fresh: bool
+    ) -> int:
         """Raise the conversation's SQL epoch to this tenure's; returns the epoch in force."""
         try:
-            await self._store.claim(conversation_id, epoch)
+            await self._store.claim(conversation_id, epoch, fresh=fresh)
             return epoch
         except FencedError as exc:
             # The database has seen a newer epoch than Redis hands out: Redis lost its data.
@@ -267,31 +276,46 @@ class Conversations:
             except Exception:
                 log.warning("conversation maintenance failed", exc_info=True)
 
+    def _release_soon(self, key: ConversationKey) -> None:
+        """Release a conversation in the background: stopping its actor can take a while,
+        and the other conversations' leases must be renewed meanwhile."""
+        if key not in self._held:
+            return
+        task = asyncio.create_task(self._release(key))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+    async def _heartbeat(self) -> None:
+        try:
+            await self._store.heartbeat_turns(self._shard_id)
+        except Exception:
+            log.warning("could not record the turn heartbeat", exc_info=True)
+
     async def _maintain_once(self) -> None:
         held = list(self._held.values())
         if not held:
             return
-        now = time.monotonic()
-        if now - self._last_heartbeat >= self._heartbeat_interval and any(
-            h.actor.busy for h in held
-        ):
-            # Open turns say their owner is alive; the jobs service recovers stale ones.
-            self._last_heartbeat = now
-            try:
-                await self._store.heartbeat_turns(self._shard_id)
-            except Exception:
-                log.warning("could not record the turn heartbeat", exc_info=True)
         renewed = await self._leases.renew_many([h.keys for h in held])
         now = time.monotonic()
+        beating = self._beat is not None and not self._beat.done()
+        if (
+            not beating
+            and now - self._last_heartbeat >= self._heartbeat_interval
+            and any(h.actor.busy for h in held)
+        ):
+            # Open turns say their owner is alive; the jobs service recovers stale ones. In a
+            # task of its own: a slow database must never hold up lease renewal.
+            self._last_heartbeat = now
+            self._beat = asyncio.create_task(self._heartbeat())
         for item, ok in zip(held, renewed, strict=True):
             actor = item.actor
             if not ok or actor.fenced:
                 log.warning("lost the lease of %s", item.key)
-                await self._release(item.key)
+                self._release_soon(item.key)
                 continue
             if actor.busy:
                 continue
             owner = self._view.owner(routing_key(item.key))
             moved = owner is not None and owner.id != self._shard_id
             if moved or now - actor.last_active > self._idle_evict_after:
-                await self._release(item.key)
+                self._release_soon(item.key)

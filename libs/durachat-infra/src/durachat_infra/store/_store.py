@@ -190,15 +190,17 @@ class Store:
         async with self._read("find conversation") as conn:
             return await _find(conn, key)
 
-    async def claim(self, conversation_id: int, epoch: int) -> None:
+    async def claim(self, conversation_id: int, epoch: int, *, fresh: bool = False) -> None:
         """Raise the conversation's fencing epoch to `epoch` for a new owner.
 
-        Idempotent: claiming the current epoch again succeeds. Waits for a transaction of the
-        previous owner that is in progress; once `claim` returns, every transaction under an
-        older epoch is rejected with `FencedError`.
+        Idempotent: claiming the current epoch again succeeds, unless `fresh` says the epoch
+        was just handed out for a new tenure (then it must be newer than any stored one, or
+        two owners could share it). Waits for a transaction of the previous owner that is in
+        progress; once `claim` returns, every transaction under an older epoch is rejected with
+        `FencedError`.
 
         Raises:
-            FencedError: the stored epoch is already greater than `epoch`.
+            FencedError: the stored epoch is already greater than `epoch` (or equal, `fresh`).
             StoreError: the conversation does not exist.
         """
         if epoch < 0:
@@ -216,7 +218,7 @@ class Store:
             )
             if current is None:
                 raise StoreError(f"conversation {conversation_id} does not exist")
-            if current > epoch:
+            if current > epoch or (fresh and current == epoch):
                 logger.warning(
                     "rejected claim of conversation %s at epoch %s (stored epoch %s)",
                     conversation_id,
