@@ -163,3 +163,22 @@ async def test_trim_keeps_the_newest_and_deletes_the_rest(store: Store) -> None:
     async with store.engine.connect() as conn:
         count = await conn.execute(text("SELECT COUNT(*) FROM messages"))
         assert count.scalar_one() == 2
+
+
+async def test_trim_keeps_what_another_branch_reaches(store: Store) -> None:
+    t = await _transcript(store)
+    await _persist(t, [msg("u1", "user", "one")], truncate=True)
+    await _reply(t, msg("a1", "assistant", "r1"), anchor="u1")
+    await _persist(
+        t,
+        [msg("u1", "user", "one"), msg("a1", "assistant", "r1"), msg("u2", "user", "two")],
+        truncate=True,
+    )
+    await _reply(t, msg("a2", "assistant", "r2"), anchor="u2")
+    async with store.transaction(t.conversation_id, t.epoch) as tx:
+        await tx.create_branch("earlier", fork_message_id="a1")
+    await t.apply(t.t.trim(2))
+    assert await _reloaded(store) == ["u2", "a2"]
+    kept = await store.branch_path(t.conversation_id, "earlier")
+    assert kept is not None
+    assert [m.message_id for m in kept] == ["u1", "a1"]

@@ -39,10 +39,11 @@ class _Node:
 
 @dataclass(slots=True)
 class _Op:
-    kind: Literal["update", "insert", "leaf", "reparent", "clear", "prune"]
+    kind: Literal["update", "insert", "leaf", "reparent", "clear", "trim"]
     node: _Node | None = None
     parent: _Node | None = None
     nodes: list[_Node] = field(default_factory=list)
+    keep: int = 0
 
 
 def _encode(message: UIMessage) -> str:
@@ -81,8 +82,8 @@ class Change:
             elif op.kind == "reparent":
                 assert op.node is not None
                 await tx.reparent(_pk(op.node) or 0, _pk(op.parent))
-            elif op.kind == "prune":
-                await tx.delete_unreachable()
+            elif op.kind == "trim":
+                await tx.trim_path(self.branch, op.keep)
             else:
                 await tx.clear()
 
@@ -196,14 +197,13 @@ class Transcript:
         return change
 
     def trim(self, keep: int) -> Change:
-        """Keep only the newest `keep` messages of the path; older ones are deleted (with
-        anything only they lead to)."""
+        """Keep only the newest `keep` messages of the path; older ones are deleted, with
+        anything only they lead to, unless another branch still reaches them."""
         change = Change(self._branch)
         if keep <= 0 or len(self._nodes) <= keep:
             return change
         del self._nodes[: len(self._nodes) - keep]
-        change.ops.append(_Op("reparent", node=self._nodes[0], parent=None))
-        change.ops.append(_Op("prune"))
+        change.ops.append(_Op("trim", keep=keep))
         return change
 
     def clear(self) -> Change:

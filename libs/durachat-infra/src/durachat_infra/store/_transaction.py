@@ -337,29 +337,6 @@ class FencedTransaction:
             if result.rowcount != 1:
                 raise StoreError(f"no turn {request_id!r} in conversation {self.conversation_id}")
 
-    async def delete_unreachable(self) -> None:
-        """Delete every message of the conversation that no branch's path reaches (after the
-        oldest messages of a path were cut off)."""
-        leaves = select(Branch.leaf_id).where(
-            Branch.conversation_id == self.conversation_id, Branch.leaf_id.is_not(None)
-        )
-        reach = (
-            select(Message.id.label("id"), Message.parent_id.label("parent_id"))
-            .where(Message.id.in_(leaves))
-            .cte("reach", recursive=True)
-        )
-        parent = aliased(Message)
-        reach = reach.union_all(
-            select(parent.id, parent.parent_id).where(parent.id == reach.c.parent_id)
-        )
-        async with self._op("delete unreachable messages") as conn:
-            await conn.execute(
-                delete(Message).where(
-                    Message.conversation_id == self.conversation_id,
-                    Message.id.not_in(select(reach.c.id)),
-                )
-            )
-
     async def create_branch(
         self,
         name: str,
