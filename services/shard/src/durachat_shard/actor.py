@@ -749,13 +749,12 @@ class ConversationActor:
             sealed = "recovery_aborted"
         if sealed is None and await self._incidents.tenant_budget_spent():
             sealed = "tenant_budget_exceeded"
-        store_partial = self._store_partial(partial)
         waiting = self._client_tools(interrupted.client_tools)
         if partial is not None and pending_client_interaction(parts, waiting):
             # Waiting for a human is not a failure: park the turn where it stands.
             await self._write(
                 _chain(
-                    store_partial,
+                    self._store_partial(partial),
                     self._settle_turn(request_id, "completed"),
                     self._incidents.record(incident, "skipped", "awaiting_client_interaction"),
                 )
@@ -770,14 +769,16 @@ class ConversationActor:
             )
             return None
         if sealed is not None:
-            await self._exhaust(incident, ctx, sealed, store_partial, continuation)
+            await self._exhaust(incident, ctx, sealed, self._store_partial(partial), continuation)
             return None
         options = await self._on_recovery(ctx)
         keep = options.persist or has_settled_tool_results(parts)
+        # Only a partial that is kept enters the transcript (memory and SQL alike).
+        store_partial = self._store_partial(partial) if keep else None
         if not options.continue_turn:
             await self._write(
                 _chain(
-                    store_partial if keep else None,
+                    store_partial,
                     self._settle_turn(request_id, "aborted"),
                     self._incidents.record(incident, "skipped", "continue_disabled"),
                 )
@@ -797,7 +798,7 @@ class ConversationActor:
 
         await self._write(
             _chain(
-                store_partial if keep else None,
+                store_partial,
                 take_over,
                 self._incidents.record(incident, "scheduled"),
             )
