@@ -60,13 +60,15 @@ async def _owner(cluster: LocalCluster, agent: str, name: str) -> Process:
     return next(p for p in cluster.processes if p.popen.pid == owner["pid"])
 
 
-def _kill(cluster: LocalCluster, process: Process) -> None:
-    """SIGKILL a shard and start a fresh one in its place (for the tests that follow)."""
+def _kill(cluster: LocalCluster, process: Process, *, wait: bool = True) -> None:
+    """SIGKILL a shard and start a fresh one in its place (for the tests that follow); with
+    `wait`, return once every gateway sees it."""
     os.kill(process.popen.pid, signal.SIGKILL)
     process.popen.wait(10)
     cluster.processes.remove(process)
     cluster.spawn_shard(f"{process.name}-r{time.time_ns() % 100_000}")
-    cluster.wait_ready(60)
+    if wait:
+        cluster.wait_ready(60)
 
 
 def _stream(client: WsClient, request_id: str) -> list[Frame]:
@@ -330,3 +332,34 @@ async def test_sigterm_hands_a_long_reply_to_the_next_owner_at_once(
     history = await get_messages(cluster.urls[0], AGENT, name)
     assert _text(history[-1]) == SLOW_TEXT
     await client.close()
+
+
+async def test_a_reply_on_a_branch_is_recovered_on_that_branch(cluster: LocalCluster) -> None:
+    name = f"branch-kill-{time.time_ns()}"
+    first = await WsClient.connect(cluster.urls[0], AGENT, name)
+    opening = chat_request([user_message("hello")])
+    await first.send(opening)
+    await first.wait_done(str(opening["id"]))
+    await first.close()
+    history = await get_messages(cluster.urls[0], AGENT, name)
+    async with httpx.AsyncClient(base_url=cluster.urls[0], timeout=20) as http:
+        created = await http.post(
+            f"/agents/{AGENT}/{name}/branches", json={"name": "side", "at": history[1]["id"]}
+        )
+    assert created.status_code == 201, created.text
+    client = await WsClient.connect(cluster.urls[0], AGENT, name, branch="side")
+    request = chat_request([*history, user_message("slow on the side")])
+    rid = str(request["id"])
+    await client.send(request)
+    await client.wait_for(lambda f: f.get("id") == rid and f.get("seq") == 10, timeout=20)
+    _kill(cluster, await _owner(cluster, AGENT, name), wait=False)
+    done = await client.wait_done(rid, timeout=45)
+    assert "outcome" not in done, done
+    assert client.text(rid) == SLOW_TEXT
+    _assert_exactly_once(client, rid)
+    side = await get_messages(cluster.urls[0], AGENT, name, branch="side")
+    assert _text(side[-1]) == SLOW_TEXT
+    # Main never saw it.
+    assert await get_messages(cluster.urls[0], AGENT, name) == history
+    await client.close()
+    cluster.wait_ready(60)

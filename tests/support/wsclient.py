@@ -62,13 +62,17 @@ class WsClient:
         *,
         pk: str | None = None,
         cursor: str | None = None,
+        branch: str | None = None,
     ) -> WsClient:
         """Connect as `_pk` (a fresh id unless given); with `cursor` ("" to start), frames carry
-        their log cursor and the connection resumes after the given one."""
+        their log cursor and the connection resumes after the given one; `branch` is the branch
+        the connection views."""
         pk = pk or str(uuid.uuid4())
         url = base_url.replace("http", "ws", 1) + f"/agents/{agent}/{name}?_pk={pk}"
         if cursor is not None:
             url += f"&cursor={cursor}"
+        if branch is not None:
+            url += f"&branch={branch}"
         ws = await websockets.connect(url, max_size=None)
         return cls(ws, pk)
 

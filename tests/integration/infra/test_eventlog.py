@@ -44,7 +44,8 @@ async def test_state_changes_are_atomic_with_their_entry(redis: Redis, key_prefi
         state={"status": "streaming", "req": "r1", "start": "$id", "cont": "0"},
     )
     start_id = await start
-    state, last = await reader.snapshot(keys)
+    states, last = await reader.snapshot(keys)
+    state = states["main"]
     assert state.status == "streaming"
     assert state.request == "r1"
     assert state.start == start_id

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from starlette.websockets import WebSocketDisconnect
 
 from durachat.protocol import MessageType
+from durachat.types import JSONDict
 from durachat_gateway.branch_writes import branch_write_router
 from durachat_gateway.branches_api import (
     BRANCH_QUERY_DESCRIPTION,
@@ -31,7 +32,13 @@ from durachat_infra.cluster import ClusterView
 from durachat_infra.eventlog import LogReader
 from durachat_infra.keys import ClusterKeys, conversation_tag
 from durachat_infra.settings import GatewaySettings
-from durachat_infra.store import ConversationKey, DatabaseUnavailableError, Store
+from durachat_infra.store import (
+    MAIN_BRANCH,
+    ConversationKey,
+    DatabaseUnavailableError,
+    Store,
+    parse_branch_ref,
+)
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +210,13 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         cursor = websocket.query_params.get("cursor")
         conn.cursors = cursor is not None
         try:
+            wanted = websocket.query_params.get("branch")
+            if wanted:
+                viewed = await _resolve_branch(r, key, wanted)
+                if viewed is None:
+                    _error(conn, "unknown_branch", f"the conversation has no branch {wanted!r}")
+                else:
+                    conn.branch = viewed
             channel = await r.channels.join(tag, conn)
             if not cursor:
                 channel.greet(conn)
@@ -284,6 +298,9 @@ async def _serve(
                 conn.forward(lambda frame=frame: _resume(channel, conn, frame, catch_up=True))  # type: ignore[misc]
             else:
                 await _resume(channel, conn, frame)
+        elif kind in (MessageType.BRANCHES.value, MessageType.BRANCH_SWITCH.value):
+            # In order with the frames forwarded before it (a switch right after a request).
+            conn.forward(lambda frame=frame: _branch_frame(r, channel, conn, key, frame))  # type: ignore[misc]
         elif kind in FORWARDED:
             _forward(r, conn, key, tag, frame)
         else:
@@ -308,6 +325,58 @@ async def _resume(
         _error(conn, "invalid_frame", "a resume ack needs the request `id`")
 
 
+async def _resolve_branch(r: Runtime, key: ConversationKey, wanted: str) -> str | None:
+    """The key under which a branch's frames travel: `main`, or the branch's id; None if the
+    conversation has no such branch."""
+    ref = parse_branch_ref(wanted)
+    if ref == MAIN_BRANCH:
+        return MAIN_BRANCH
+    conversation = await r.store.find_conversation(key)
+    if conversation is None:
+        return None
+    record = await r.store.get_branch(conversation.id, ref)
+    if record is None:
+        return None
+    return MAIN_BRANCH if record.name == MAIN_BRANCH else str(record.id)
+
+
+async def _branch_frame(
+    r: Runtime, channel: Channel, conn: ClientConnection, key: ConversationKey, frame: JSONDict
+) -> None:
+    """`durachat_branches` (list) and `durachat_branch_switch` (view another branch)."""
+    try:
+        conversation = await r.store.find_conversation(key)
+        if frame["type"] == MessageType.BRANCHES.value:
+            records = [] if conversation is None else await r.store.list_branches(conversation.id)
+            conn.send_json(
+                {
+                    "type": MessageType.BRANCHES.value,
+                    "branches": [b.to_json() for b in records],
+                    "viewing": conn.branch,
+                }
+            )
+            return
+        wanted = frame.get("branch")
+        viewed = await _resolve_branch(r, key, str(wanted)) if wanted else None
+        if viewed is None:
+            _error(conn, "unknown_branch", f"the conversation has no branch {wanted!r}")
+            return
+        messages = []
+        if conversation is not None:
+            ref = MAIN_BRANCH if viewed == MAIN_BRANCH else int(viewed)
+            path = await r.store.branch_path(conversation.id, ref)
+            messages = [m.message for m in path or []]
+    except DatabaseUnavailableError:
+        _error(conn, "database_unavailable", "the transcript store is unavailable")
+        return
+    conn.branch = viewed
+    conn.parked = None
+    conn.pending_resume = None
+    conn.send_json({"type": MessageType.BRANCH_SWITCHED.value, "branch": viewed})
+    conn.send_json({"type": MessageType.CHAT_MESSAGES.value, "messages": messages})
+    channel.greet(conn)
+
+
 def _forward(
     r: Runtime, conn: ClientConnection, key: ConversationKey, tag: str, frame: dict[str, Any]
 ) -> None:
@@ -316,6 +385,7 @@ def _forward(
         "agent": key.agent,
         "name": key.name,
         "connection": conn.id,
+        "branch": conn.branch,
         "frame": frame,
     }
 

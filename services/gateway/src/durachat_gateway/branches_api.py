@@ -21,7 +21,6 @@ from pydantic import BaseModel, Field
 
 from durachat_infra.store import (
     MAIN_BRANCH,
-    BranchRecord,
     BranchRef,
     ConversationKey,
     DatabaseUnavailableError,
@@ -130,18 +129,6 @@ def _ref(branch: str | None) -> BranchRef:
     return parse_branch_ref(branch) if branch else MAIN_BRANCH
 
 
-def _branch_json(record: BranchRecord) -> dict[str, Any]:
-    return {
-        "id": record.id,
-        "name": record.name,
-        "leaf_message_id": record.leaf_message_id,
-        "parent_branch_id": record.parent_branch_id,
-        "fork_message_id": record.fork_message_id,
-        "created_at": record.created_at.isoformat(),
-        "updated_at": record.updated_at.isoformat(),
-    }
-
-
 async def _guard(call: Callable[[], Awaitable[Response]]) -> Response:
     try:
         return await call()
@@ -197,7 +184,7 @@ def branch_router(runtime: Callable[[], BranchReads], tenant: str) -> APIRouter:
         async def read() -> Response:
             conversation = await store.find_conversation(ConversationKey(tenant, agent, name))
             records = [] if conversation is None else await store.list_branches(conversation.id)
-            return JSONResponse({"branches": [_branch_json(r) for r in records]})
+            return JSONResponse({"branches": [r.to_json() for r in records]})
 
         return await _guard(read)
 

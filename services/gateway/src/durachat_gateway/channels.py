@@ -17,10 +17,13 @@ import time
 from durachat.protocol import MessageType
 from durachat_gateway.connection import ClientConnection
 from durachat_infra.eventlog import (
+    EVERY_BRANCH,
+    MAIN,
     Kind,
     LogEntry,
     LogReader,
     StreamState,
+    branch_of,
     entry_id_key,
     is_for,
 )
@@ -40,7 +43,8 @@ class Channel:
     def __init__(self, keys: ConversationKeys, reader: LogReader) -> None:
         self.keys = keys
         self._reader = reader
-        self.state = StreamState()
+        self.states: dict[str, StreamState] = {}
+        """The stream state of each branch (connections view one branch each)."""
         self.connections: dict[str, ClientConnection] = {}
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._delivered: tuple[int, int] = (0, 0)
@@ -60,7 +64,7 @@ class Channel:
 
     async def open(self) -> None:
         """Read the current state and start following the log right after it."""
-        self.state, last_id = await self._reader.snapshot(self.keys)
+        self.states, last_id = await self._reader.snapshot(self.keys)
         self._delivered = entry_id_key(last_id)
         self._reader.follow(self.keys, last_id, self.deliver)
 
@@ -68,12 +72,21 @@ class Channel:
         """Stop following."""
         self._reader.unfollow(self.keys)
 
+    def state_of(self, branch: str) -> StreamState:
+        """The stream state of a branch."""
+        state = self.states.get(branch)
+        if state is None:
+            state = self.states[branch] = StreamState()
+        return state
+
     def deliver(self, entries: list[LogEntry]) -> None:
-        """Fan entries out to the local connections, in order."""
+        """Fan entries out to the local connections, in order: each connection gets what its
+        branch's turns send, and what concerns every branch."""
         for entry in entries:
+            branch = branch_of(entry.branch)
             if entry.kind is not Kind.CONTROL:
                 for conn in list(self.connections.values()):
-                    if conn.pending_resume is not None or not is_for(entry.target, conn.id):
+                    if conn.pending_resume is not None or not _visible(entry, conn):
                         continue
                     if conn.replayed is not None and _already_replayed(conn, entry):
                         continue
@@ -85,23 +98,28 @@ class Channel:
             # does not get that stream's terminal frame without its chunks.
             change = entry.state_change()
             if change is not None:
-                before = self.state.status
-                self.state.apply(change, entry.id)
-                self._on_state(before)
+                # An entry for every branch (a clear of the whole conversation) changes main's.
+                owner = MAIN if branch == EVERY_BRANCH else branch
+                state = self.state_of(owner)
+                before = state.status
+                prefix = f"{owner}|"
+                state.apply({k.removeprefix(prefix): v for k, v in change.items()}, entry.id)
+                self._on_state(owner, before)
         if entries:
             self._delivered = entry_id_key(entries[-1].id)
             self._progress.set()
 
-    def _on_state(self, before: str) -> None:
-        state = self.state
+    def _on_state(self, branch: str, before: str) -> None:
+        state = self.state_of(branch)
+        viewers = [c for c in self.connections.values() if c.branch == branch]
         if state.status == "streaming" and before != "streaming":
-            for conn in self.connections.values():
+            for conn in viewers:
                 if conn.parked is not None:
                     conn.parked = None
                     conn.pending_resume = state.request
                     conn.send_json({"type": MessageType.STREAM_RESUMING.value, "id": state.request})
         elif state.status in ("idle", "done"):
-            for conn in self.connections.values():
+            for conn in viewers:
                 if conn.parked is not None:
                     conn.parked = None
                     conn.send_json({"type": MessageType.STREAM_RESUME_NONE.value})
@@ -110,28 +128,27 @@ class Channel:
 
     def greet(self, conn: ClientConnection) -> None:
         """Frames a new connection gets first: the stream it can resume, if any, else whether
-        a turn is being recovered."""
-        if self.state.status == "streaming":
-            conn.pending_resume = self.state.request
-            conn.send_json({"type": MessageType.STREAM_RESUMING.value, "id": self.state.request})
-        elif self.state.status == "pending":
-            conn.parked = self.state.request
-            conn.send_json({"type": MessageType.STREAM_PENDING.value, "id": self.state.request})
-        elif self.state.recovering and time.time() * 1000 - self.state.recovering_at < (
-            RECOVERING_FRESH_MS
-        ):
+        a turn is being recovered (on the branch the connection views)."""
+        state = self.state_of(conn.branch)
+        if state.status == "streaming":
+            conn.pending_resume = state.request
+            conn.send_json({"type": MessageType.STREAM_RESUMING.value, "id": state.request})
+        elif state.status == "pending":
+            conn.parked = state.request
+            conn.send_json({"type": MessageType.STREAM_PENDING.value, "id": state.request})
+        elif state.recovering and time.time() * 1000 - state.recovering_at < (RECOVERING_FRESH_MS):
             conn.send_json(
                 {
                     "type": MessageType.CHAT_RECOVERING.value,
                     "recovering": True,
-                    "id": self.state.recovering,
+                    "id": state.recovering,
                 }
             )
 
     def resume_request(self, conn: ClientConnection, probe_id: str | None) -> None:
         """Answer `cf_agent_stream_resume_request`."""
         probe = {"probeId": probe_id} if probe_id else {}
-        state = self.state
+        state = self.state_of(conn.branch)
         if state.status == "streaming":
             conn.pending_resume = state.request
             conn.send_json(
@@ -151,7 +168,7 @@ class Channel:
     async def resume_ack(self, conn: ClientConnection, request_id: str) -> None:
         """Answer `cf_agent_stream_resume_ack`: replay the stream, then go live."""
         conn.pending_resume = None
-        state = self.state
+        state = self.state_of(conn.branch)
         terminal = _terminal(state)
         if state.status != "streaming" and terminal is not None and terminal[0] == request_id:
             await self._replay_terminal(conn, request_id, terminal[1])
@@ -177,11 +194,11 @@ class Channel:
         ended = False
         transcript: LogEntry | None = None
         for entry in entries:
-            if entry.kind is Kind.FRAME and is_for(entry.target, conn.id):
+            if entry.kind is Kind.FRAME and _visible(entry, conn):
                 if '"cf_agent_chat_messages"' in entry.frame:
                     transcript = entry
                 continue
-            if entry.request != request_id or not is_for(entry.target, conn.id):
+            if entry.request != request_id or not _visible(entry, conn):
                 continue
             if entry.kind is Kind.CHUNK:
                 conn.send_entry(entry, replay=True)
@@ -237,7 +254,7 @@ class Channel:
             raise
         last = entry_id_key(entries[-1].id) if entries else entry_id_key(cursor)
         for entry in entries:
-            if entry.kind is not Kind.CONTROL and is_for(entry.target, conn.id):
+            if entry.kind is not Kind.CONTROL and _visible(entry, conn):
                 conn.send_entry(entry)
         conn.replayed = (None, last)
         for entry in conn.buffer:
@@ -252,18 +269,16 @@ class Channel:
         conn.replaying = True
         conn.buffer = []
         try:
-            entries = await self._reader.read_range(self.keys, self.state.start or "-")
+            entries = await self._reader.read_range(
+                self.keys, self.state_of(conn.branch).start or "-"
+            )
         except Exception:
             conn.replaying = False
             conn.buffer = []
             raise
         last = entry_id_key(entries[-1].id) if entries else (0, 0)
         for entry in entries:
-            if (
-                entry.request == request_id
-                and entry.kind is Kind.CHUNK
-                and is_for(entry.target, conn.id)
-            ):
+            if entry.request == request_id and entry.kind is Kind.CHUNK and _visible(entry, conn):
                 conn.send_entry(entry, replay=True)
         conn.send_json(
             {"body": text, "done": True, "error": True, "id": request_id, "type": RESPONSE}
@@ -278,6 +293,12 @@ class Channel:
                 conn.send_entry(entry)
         conn.buffer = []
         conn.replaying = False
+
+
+def _visible(entry: LogEntry, conn: ClientConnection) -> bool:
+    """Whether an entry is for `conn`: addressed to it, and of the branch it views."""
+    branch = branch_of(entry.branch)
+    return is_for(entry.target, conn.id) and branch in (conn.branch, EVERY_BRANCH)
 
 
 def _terminal(state: StreamState) -> tuple[str, str] | None:

@@ -46,6 +46,8 @@ class ClientConnection:
         """(request id, last entry id) of the last replay: live entries of that request (of
         any request after a cursor replay: None) up to there were already sent as replay and
         are skipped if the log reader delivers them late."""
+        self.branch = "main"
+        """The branch this connection views: it gets that branch's frames only."""
         self.cursors = False
         """Stamp every frame from the log with its entry id (`cursor`), for clients that
         resume from a cursor."""

@@ -84,7 +84,7 @@ class Forwarder:
                             followed = True
                             continue
                     if response.status_code == 404:
-                        raise ForwardError(code, "unknown agent")
+                        raise ForwardError(code, str(body.get("message") or "unknown agent"))
                     last_error = f"shard {owner.id} answered {response.status_code} {code}"
             if time.monotonic() + delay > deadline:
                 raise ForwardError("unavailable", last_error)

@@ -217,6 +217,8 @@ class ConversationActor:
         self._background: set[asyncio.Task[None]] = set()
         self._checkpointing = False
         self._write_failed = False
+        self.on_cleared: Callable[[], None] | None = None
+        """Told when the conversation was cleared (on main: every other branch is gone)."""
         self._stashes: dict[str, Any] = {}
         self._incidents = incidents or Incidents(
             store=store,
@@ -428,7 +430,7 @@ class ConversationActor:
             change.ops.extend(tail.ops)
 
         anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
-        snapshot = _snapshot(request, anchor)
+        snapshot = _snapshot(request, anchor, self.emit.branch)
 
         async def record(tx: FencedTransaction) -> None:
             # One transaction records the turn (idempotent by request id) and its messages.
@@ -598,6 +600,7 @@ class ConversationActor:
                     "body": self._last_body,
                     "clientTools": self._last_client_tools,
                     "continuation": True,
+                    "branch": self.emit.branch,
                 },
             )
 
@@ -643,7 +646,7 @@ class ConversationActor:
 
     def _interrupted(self, queued: _QueuedTurn) -> _Interrupted:
         """A turn of this tenure whose stream stalled, as recovery sees it."""
-        snapshot = _snapshot(queued.request, queued.anchor)
+        snapshot = _snapshot(queued.request, queued.anchor, self.emit.branch)
         if queued.recovery is not None:
             snapshot["root"] = queued.recovery.incident.root_request_id
         return _Interrupted(
@@ -1055,7 +1058,7 @@ class ConversationActor:
             _, change = self.transcript.persist(wanted, truncate=False)
 
             queued.anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
-            snapshot = _snapshot(request, queued.anchor)
+            snapshot = _snapshot(request, queued.anchor, self.emit.branch)
 
             async def record(tx: FencedTransaction) -> None:
                 await tx.begin_turn(
@@ -1093,7 +1096,7 @@ class ConversationActor:
                 request.request_id,
                 kind="continuation",
                 owner=self.shard_id,
-                request={"body": request.body, "continuation": True},
+                request={"body": request.body, "continuation": True, "branch": self.emit.branch},
             )
 
         self._turns.put_nowait(
@@ -1197,6 +1200,8 @@ class ConversationActor:
         await self._write(self.transcript.clear().apply)
         self.agent.messages = []
         self.emit.clear(exclude=connection_id)
+        if self.on_cleared is not None:
+            self.on_cleared()
         self._event(EventType.MESSAGE_CLEAR, {})
 
     async def _skip(self, queued: _QueuedTurn) -> None:
@@ -1512,7 +1517,7 @@ class ConversationActor:
         )
 
 
-def _snapshot(request: ChatRequest, anchor: str | None) -> JSONDict:
+def _snapshot(request: ChatRequest, anchor: str | None, branch: str) -> JSONDict:
     """What a turn's record keeps so another worker can run it again: the request context,
     the message the reply answers and the user messages it was sent with."""
     snapshot: JSONDict = {
@@ -1520,6 +1525,7 @@ def _snapshot(request: ChatRequest, anchor: str | None) -> JSONDict:
         "clientTools": request.client_tools,
         "anchor": anchor,
         "userMessageIds": request.user_message_ids,
+        "branch": branch,
     }
     if request.trigger == "regenerate-message":
         snapshot["regenerate"] = True

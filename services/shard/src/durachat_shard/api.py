@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from durachat_infra.cluster import RECOVER_PATH
 from durachat_infra.eventlog import LogWriter
-from durachat_infra.store import ConversationKey, DatabaseUnavailableError
+from durachat_infra.store import ConversationKey, DatabaseUnavailableError, UnknownBranchError
 from durachat_shard import metrics
 from durachat_shard.branch_ops import BranchOpIn, apply_branch_op
 from durachat_shard.hosting import Conversations, NotOwnerError, UnknownAgentError
@@ -39,6 +39,8 @@ class FrameIn(BaseModel):
     name: str
     connection: str
     frame: dict[str, Any]
+    branch: str = "main"
+    """The branch the connection views (`main` or a branch id)."""
     deadline: float | None = None
     """When the gateway gives up on the frame (seconds since the epoch): a frame that reaches
     its conversation later is not run, since the client was told it failed."""
@@ -59,13 +61,18 @@ def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) ->
     async def frames(item: FrameIn) -> JSONResponse:
         key = ConversationKey(item.tenant, item.agent, item.name)
         try:
-            actor = await conversations.get(key)
+            actor = await conversations.get(key, item.branch)
         except NotOwnerError as exc:
             return JSONResponse(
                 {"code": "not_owner", "owner": exc.owner, "shard": shard_id}, status_code=409
             )
         except UnknownAgentError:
             return JSONResponse({"code": "unknown_agent"}, status_code=404)
+        except UnknownBranchError:
+            return JSONResponse(
+                {"code": "unknown_branch", "message": f"no branch {item.branch!r}"},
+                status_code=404,
+            )
         except DatabaseUnavailableError as exc:
             log.warning("database unavailable: %s", exc)
             return JSONResponse({"code": "database_unavailable"}, status_code=503)
@@ -89,7 +96,7 @@ def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) ->
         # Activating the conversation recovers whatever its former owner left unfinished.
         key = ConversationKey(item.tenant, item.agent, item.name)
         try:
-            await conversations.get(key)
+            await conversations.recover(key)
         except NotOwnerError as exc:
             return JSONResponse(
                 {"code": "not_owner", "owner": exc.owner, "shard": shard_id}, status_code=409

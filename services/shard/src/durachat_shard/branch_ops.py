@@ -13,7 +13,6 @@ from pydantic import BaseModel
 
 from durachat_infra.store import (
     BranchExistsError,
-    BranchRecord,
     ConversationExistsError,
     ConversationKey,
     MainBranchError,
@@ -39,19 +38,6 @@ class BranchOpIn(BaseModel):
     """create: the UIMessage id to fork at (the branch's leaf when absent)."""
 
 
-def branch_json(record: BranchRecord) -> dict[str, Any]:
-    """A branch as the HTTP API shows it."""
-    return {
-        "id": record.id,
-        "name": record.name,
-        "leaf_message_id": record.leaf_message_id,
-        "parent_branch_id": record.parent_branch_id,
-        "fork_message_id": record.fork_message_id,
-        "created_at": record.created_at.isoformat(),
-        "updated_at": record.updated_at.isoformat(),
-    }
-
-
 def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
     return status, {"code": code, "message": message}
 
@@ -69,14 +55,14 @@ async def apply_branch_op(actor: ConversationActor, op: BranchOpIn) -> tuple[int
             return 201, {"agent": op.agent, "name": op.new_name}
         if op.op == "create":
             name = op.new_name or ""
-            return 201, branch_json(
-                await actor.run_write(
-                    lambda tx: tx.create_branch(name, from_branch=ref, fork_message_id=op.at)
-                )
+            created = await actor.run_write(
+                lambda tx: tx.create_branch(name, from_branch=ref, fork_message_id=op.at)
             )
+            return 201, created.to_json()
         if op.op == "rename":
             name = op.new_name or ""
-            return 200, branch_json(await actor.run_write(lambda tx: tx.rename_branch(ref, name)))
+            renamed = await actor.run_write(lambda tx: tx.rename_branch(ref, name))
+            return 200, renamed.to_json()
         deleted = await actor.run_write(lambda tx: tx.delete_branch(ref))
         return 200, {"deleted_messages": deleted}
     except ValueError as exc:

@@ -12,6 +12,8 @@ from durachat.protocol import MessageType
 from durachat.types import UIChunk, UIMessage
 from durachat_infra.eventlog import (
     ALL,
+    EVERY_BRANCH,
+    MAIN,
     Kind,
     LogEntry,
     LogWriter,
@@ -20,6 +22,7 @@ from durachat_infra.eventlog import (
     only,
     read_range,
     read_state,
+    state_fields,
 )
 from durachat_infra.keys import ConversationKeys
 
@@ -31,10 +34,36 @@ def _dumps(obj: Any) -> str:
 class Emitter:
     """Writes one conversation's outgoing frames to its event log, in order."""
 
-    def __init__(self, writer: LogWriter, keys: ConversationKeys, redis: Redis) -> None:
+    def __init__(
+        self, writer: LogWriter, keys: ConversationKeys, redis: Redis, *, branch: str = MAIN
+    ) -> None:
         self._writer = writer
         self.keys = keys
         self._redis = redis
+        self.branch = branch
+        """The branch this emitter writes for (`main` or a branch id): its entries are tagged
+        with it, so only connections viewing that branch get them."""
+        self._tag = "" if branch == MAIN else branch
+
+    def _append(
+        self,
+        kind: Kind,
+        frame: str,
+        *,
+        target: str = ALL,
+        request: str = "",
+        state: dict[str, str] | None = None,
+        branch: str | None = None,
+    ) -> None:
+        self._writer.append(
+            self.keys,
+            kind,
+            frame,
+            target=target,
+            request=request,
+            state=None if state is None else state_fields(self.branch, state),
+            branch=self._tag if branch is None else branch,
+        )
 
     async def flush(self) -> None:
         """Wait until everything emitted so far is in the log."""
@@ -46,11 +75,11 @@ class Emitter:
 
     async def state(self) -> StreamState:
         """The conversation's stream state as stored."""
-        return await read_state(self._redis, self.keys)
+        return await read_state(self._redis, self.keys, self.branch)
 
     def frame(self, frame: dict[str, Any], *, target: str = ALL) -> None:
         """Send any frame."""
-        self._writer.append(self.keys, Kind.FRAME, _dumps(frame), target=target)
+        self._append(Kind.FRAME, _dumps(frame), target=target)
 
     def messages(self, messages: list[UIMessage], *, exclude: str | None = None) -> None:
         """Broadcast the transcript (`cf_agent_chat_messages`)."""
@@ -60,12 +89,13 @@ class Emitter:
         )
 
     def clear(self, *, exclude: str | None) -> None:
-        """Tell other connections the chat was cleared, and reset the stream state."""
-        self._writer.append(
-            self.keys,
+        """Tell other connections the chat was cleared, and reset the stream state. Clearing
+        `main` clears the whole conversation, so connections on every branch are told."""
+        self._append(
             Kind.FRAME,
             _dumps({"type": MessageType.CHAT_CLEAR.value}),
             target=all_but(exclude) if exclude else ALL,
+            branch=EVERY_BRANCH if self.branch == MAIN else None,
             state={
                 "status": "idle",
                 "req": "",
@@ -78,8 +108,7 @@ class Emitter:
 
     def pending(self, request_id: str) -> None:
         """A turn is accepted and will stream later."""
-        self._writer.append(
-            self.keys,
+        self._append(
             Kind.CONTROL,
             _dumps({"op": "pending", "req": request_id}),
             request=request_id,
@@ -95,8 +124,7 @@ class Emitter:
 
     def idle(self, request_id: str) -> None:
         """No turn is accepted any more (the last one ended without streaming)."""
-        self._writer.append(
-            self.keys,
+        self._append(
             Kind.CONTROL,
             _dumps({"op": "idle", "req": request_id}),
             request=request_id,
@@ -111,8 +139,7 @@ class Emitter:
         control: dict[str, Any] = {"op": "start", "req": request_id, "cont": continuation}
         if base is not None:
             control["base"], control["baseParts"] = base
-        self._writer.append(
-            self.keys,
+        self._append(
             Kind.CONTROL,
             _dumps(control),
             request=request_id,
@@ -128,8 +155,7 @@ class Emitter:
     def recovering(self, root_request_id: str, *, active: bool) -> None:
         """Tell every tab a turn is (or no longer is) being recovered
         (`cf_agent_chat_recovering`); remembered for tabs that connect meanwhile."""
-        self._writer.append(
-            self.keys,
+        self._append(
             Kind.FRAME,
             _dumps(
                 {
@@ -156,8 +182,7 @@ class Emitter:
         }
         if continuation:
             frame["continuation"] = True
-        self._writer.append(
-            self.keys,
+        self._append(
             Kind.TERMINAL,
             _dumps(frame),
             request=request_id,
@@ -179,7 +204,7 @@ class Emitter:
         }
         if continuation:
             frame["continuation"] = True
-        self._writer.append(self.keys, Kind.CHUNK, _dumps(frame), request=request_id)
+        self._append(Kind.CHUNK, _dumps(frame), request=request_id)
 
     def error(
         self, request_id: str, text: str, *, message_ids: list[str] | None, continuation: bool
@@ -196,7 +221,7 @@ class Emitter:
             frame["messageIds"] = message_ids
         if continuation:
             frame["continuation"] = True
-        self._writer.append(self.keys, Kind.CHUNK, _dumps(frame), request=request_id)
+        self._append(Kind.CHUNK, _dumps(frame), request=request_id)
 
     def terminal(
         self,
@@ -223,8 +248,7 @@ class Emitter:
             frame["outcome"] = outcome
         if continuation:
             frame["continuation"] = True
-        self._writer.append(
-            self.keys,
+        self._append(
             Kind.TERMINAL,
             _dumps(frame),
             request=request_id,

@@ -13,9 +13,17 @@ from redis.asyncio import Redis
 from durachat.agent import AgentRegistry
 from durachat.messages import enforce_row_size_limit, sanitize_message
 from durachat_infra.cluster import ClusterView, LeaseHeldError, Leases, wake_owner
-from durachat_infra.eventlog import LogWriter
+from durachat_infra.eventlog import MAIN, LogWriter
 from durachat_infra.keys import ConversationKeys, conversation_tag
-from durachat_infra.store import ConversationKey, FencedError, Store
+from durachat_infra.store import (
+    MAIN_BRANCH,
+    BranchRef,
+    ConversationKey,
+    FencedError,
+    Store,
+    StoredMessage,
+    UnknownBranchError,
+)
 from durachat_infra.tasks import cancel_and_wait
 from durachat_shard.actor import ConversationActor
 from durachat_shard.emitter import Emitter
@@ -42,6 +50,12 @@ class _Held:
     key: ConversationKey
     keys: ConversationKeys
     actor: ConversationActor
+    branch: str = MAIN
+
+
+Slot = tuple[ConversationKey, str]
+"""A conversation and one of its branches (`main` or a branch id): one actor each. All the
+branches of a conversation share its lease and epoch."""
 
 
 def routing_key(key: ConversationKey) -> str:
@@ -85,8 +99,8 @@ class Conversations:
         self._view = view
         self._lease_ttl = lease_ttl
         self._idle_evict_after = idle_evict_after
-        self._held: dict[ConversationKey, _Held] = {}
-        self._activating: dict[ConversationKey, asyncio.Future[_Held]] = {}
+        self._held: dict[Slot, _Held] = {}
+        self._activating: dict[Slot, asyncio.Future[_Held]] = {}
         self._task: asyncio.Task[None] | None = None
         self._draining = False
 
@@ -109,13 +123,14 @@ class Conversations:
         await cancel_and_wait(self._task)
         await cancel_and_wait(self._beat)
         handed: list[ConversationKey] = []
-        for key, held in list(self._held.items()):
+        for slot, held in list(self._held.items()):
             if held.actor.busy and not held.actor.fenced:
-                log.info("checkpointing %s for its next owner", key)
+                log.info("checkpointing %s for its next owner", slot)
                 await held.actor.checkpoint()
-                handed.append(key)
+                if held.key not in handed:
+                    handed.append(held.key)
         await asyncio.gather(
-            *(self._release(key) for key in list(self._held)),
+            *(self._release(slot) for slot in list(self._held)),
             *list(self._releasing),
             return_exceptions=True,
         )
@@ -132,35 +147,58 @@ class Conversations:
             )
         log.info("handed over %d of %d conversations", sum(woken), len(keys))
 
-    async def get(self, key: ConversationKey) -> ConversationActor:
-        """The actor of `key`, activating it if needed.
+    async def get(self, key: ConversationKey, branch: str = MAIN) -> ConversationActor:
+        """The actor of `key` on `branch` (`main` or a branch id), activating it if needed.
 
-        Raises `NotOwnerError` when another shard owns the conversation and
-        `UnknownAgentError` when the agent is not served here.
+        Raises `NotOwnerError` when another shard owns the conversation,
+        `UnknownAgentError` when the agent is not served here, and `UnknownBranchError` when
+        the conversation has no such branch.
         """
         if self._draining:
             # Gateways retry elsewhere once this shard has left the membership.
             raise NotOwnerError(None)
-        held = self._held.get(key)
+        slot = (key, branch)
+        held = self._held.get(slot)
         if held is not None and not held.actor.fenced:
             return held.actor
         if held is not None:
-            await self._release(key)
+            await self._release(slot)
         owner = self._view.owner(routing_key(key))
         if owner is None or owner.id != self._shard_id:
             raise NotOwnerError(None if owner is None else owner.id)
-        pending = self._activating.get(key)
+        pending = self._activating.get(slot)
         if pending is None:
             pending = asyncio.get_running_loop().create_future()
-            self._activating[key] = pending
+            self._activating[slot] = pending
             try:
-                pending.set_result(await self._activate(key))
+                pending.set_result(await self._activate(key, branch))
             except BaseException as exc:
                 pending.set_exception(exc)
                 pending.exception()  # mark retrieved; callers get it below
             finally:
-                del self._activating[key]
+                del self._activating[slot]
         return (await asyncio.shield(pending)).actor
+
+    async def recover(self, key: ConversationKey) -> None:
+        """Activate the conversation on every branch that has an unfinished turn (main always),
+        which recovers those turns."""
+        actor = await self.get(key)
+        branches = {
+            str((turn.request or {}).get("branch") or MAIN)
+            for turn in await self._store.open_turns(actor.conversation_id)
+        }
+        for branch in sorted(branches - {MAIN}):
+            try:
+                await self.get(key, branch)
+            except UnknownBranchError:
+                log.warning("open turns of %s on branch %s, which is gone", key, branch)
+
+    def _drop_branches(self, key: ConversationKey) -> None:
+        """Release the actors of `key` on branches other than main (main was cleared: every
+        other branch is gone)."""
+        for slot, held in list(self._held.items()):
+            if held.key == key and held.branch != MAIN:
+                self._release_soon(slot)
 
     def on_log_fenced(self, keys: ConversationKeys) -> None:
         """The event log refused a write: another shard owns the conversation now."""
@@ -168,7 +206,7 @@ class Conversations:
             if held.keys == keys:
                 held.actor.step_down()
 
-    async def _activate(self, key: ConversationKey) -> _Held:
+    async def _activate(self, key: ConversationKey, branch: str) -> _Held:
         agent_cls = self._agents.get(key.agent)
         if agent_cls is None:
             raise UnknownAgentError(key.agent)
@@ -179,18 +217,24 @@ class Conversations:
             # A live shard still holds it (it is finishing a turn, or draining): send the
             # gateway there. Gateways keep retrying until the holder lets go.
             raise NotOwnerError(exc.holder) from exc
-        conversation = await self._store.get_or_create_conversation(key)
-        epoch = await self._claim(keys, conversation.id, grant.epoch, fresh=grant.fresh)
-        stored = await self._store.load_path(conversation.id)
-        # Activation can outlast the lease when the database is slow; confirm it is still held
-        # (renewing it), and if it had to be taken again, claim the new epoch and re-read.
-        again = await self._leases.acquire(keys)
-        if again.fresh:
-            epoch = await self._claim(keys, conversation.id, again.epoch, fresh=True)
-            stored = await self._store.load_path(conversation.id)
+        try:
+            conversation = await self._store.get_or_create_conversation(key)
+            epoch = await self._claim(keys, conversation.id, grant.epoch, fresh=grant.fresh)
+            ref: BranchRef = MAIN_BRANCH if branch == MAIN else int(branch)
+            stored = await self._load(conversation.id, ref)
+            # Activation can outlast the lease when the database is slow; confirm it is still
+            # held (renewing it), and if it had to be taken again, claim the new epoch, re-read.
+            again = await self._leases.acquire(keys)
+            if again.fresh:
+                epoch = await self._claim(keys, conversation.id, again.epoch, fresh=True)
+                stored = await self._load(conversation.id, ref)
+        except UnknownBranchError:
+            await self._release_lease_unless_held(key, keys)
+            raise
         agent = agent_cls(key.name, model=self._model)
         transcript = Transcript(
             [(m.pk, m.message) for m in stored],
+            branch=ref,
             # Built-in sanitising, the agent's own, then row-size compaction.
             sanitize=lambda m: enforce_row_size_limit(
                 agent.sanitize_message_for_persistence(sanitize_message(m))
@@ -207,7 +251,7 @@ class Conversations:
             agent=agent,
             transcript=transcript,
             store=self._store,
-            emitter=Emitter(self._writer, keys, self._redis),
+            emitter=Emitter(self._writer, keys, self._redis, branch=branch),
             recent_requests=recent,
             last_body=last_body,
             last_client_tools=last_client_tools,
@@ -223,18 +267,46 @@ class Conversations:
             ),
         )
         agent.host = actor
+        if branch == MAIN:
+            actor.on_cleared = lambda: self._drop_branches(key)
         try:
             # Turns a former owner left unfinished are recovered before any new input.
-            await actor.recover(await self._store.open_turns(conversation.id))
+            open_turns = await self._store.open_turns(conversation.id)
+            await actor.recover(
+                [t for t in open_turns if str((t.request or {}).get("branch") or MAIN) == branch]
+            )
         except BaseException:
             await actor.stop()
-            await self._leases.release(keys)
+            await self._release_lease_unless_held(key, keys)
             raise
         actor.start()
-        held = _Held(key, keys, actor)
-        self._held[key] = held
-        log.info("activated %s/%s/%s at epoch %d", key.tenant, key.agent, key.name, epoch)
+        held = _Held(key, keys, actor, branch)
+        self._held[(key, branch)] = held
+        log.info(
+            "activated %s/%s/%s%s at epoch %d",
+            key.tenant,
+            key.agent,
+            key.name,
+            "" if branch == MAIN else f" (branch {branch})",
+            epoch,
+        )
         return held
+
+    async def _load(self, conversation_id: int, ref: BranchRef) -> list[StoredMessage]:
+        if ref == MAIN_BRANCH:
+            return await self._store.load_path(conversation_id)
+        path = await self._store.branch_path(conversation_id, ref)
+        if path is None:
+            raise UnknownBranchError(conversation_id, ref)
+        return path
+
+    async def _release_lease_unless_held(
+        self, key: ConversationKey, keys: ConversationKeys
+    ) -> None:
+        """Release the conversation's lease, unless an actor of another branch still uses it."""
+        if any(h.key == key for h in self._held.values()):
+            return
+        await self._leases.release(keys)
 
     async def _claim(
         self, keys: ConversationKeys, conversation_id: int, epoch: int, *, fresh: bool
@@ -255,17 +327,17 @@ class Conversations:
                 raise
             return advanced
 
-    async def _release(self, key: ConversationKey) -> None:
-        held = self._held.pop(key, None)
+    async def _release(self, slot: Slot) -> None:
+        held = self._held.pop(slot, None)
         if held is None:
             return
         await held.actor.stop()
         await self._writer.flush()
         try:
-            await self._leases.release(held.keys)
+            await self._release_lease_unless_held(held.key, held.keys)
         except Exception:
-            log.warning("could not release the lease of %s", key, exc_info=True)
-        log.info("released %s/%s/%s", key.tenant, key.agent, key.name)
+            log.warning("could not release the lease of %s", held.key, exc_info=True)
+        log.info("released %s/%s/%s", held.key.tenant, held.key.agent, held.key.name)
 
     async def _maintain(self) -> None:
         interval = max(self._lease_ttl / 3, 0.05)
@@ -276,12 +348,12 @@ class Conversations:
             except Exception:
                 log.warning("conversation maintenance failed", exc_info=True)
 
-    def _release_soon(self, key: ConversationKey) -> None:
-        """Release a conversation in the background: stopping its actor can take a while,
+    def _release_soon(self, slot: Slot) -> None:
+        """Release a conversation's actor in the background: stopping it can take a while,
         and the other conversations' leases must be renewed meanwhile."""
-        if key not in self._held:
+        if slot not in self._held:
             return
-        task = asyncio.create_task(self._release(key))
+        task = asyncio.create_task(self._release(slot))
         self._releasing.add(task)
         task.add_done_callback(self._releasing.discard)
 
@@ -311,11 +383,11 @@ class Conversations:
             actor = item.actor
             if not ok or actor.fenced:
                 log.warning("lost the lease of %s", item.key)
-                self._release_soon(item.key)
+                self._release_soon((item.key, item.branch))
                 continue
             if actor.busy:
                 continue
             owner = self._view.owner(routing_key(item.key))
             moved = owner is not None and owner.id != self._shard_id
             if moved or now - actor.last_active > self._idle_evict_after:
-                self._release_soon(item.key)
+                self._release_soon((item.key, item.branch))

@@ -26,7 +26,7 @@ from durachat.messages import (
     tool_call_ids,
 )
 from durachat.types import UIMessage
-from durachat_infra.store import FencedTransaction
+from durachat_infra.store import MAIN_BRANCH, BranchRef, FencedTransaction
 
 
 @dataclass(slots=True, eq=False)
@@ -61,7 +61,7 @@ def _pk(node: _Node | None) -> int | None:
 class Change:
     """SQL operations that make one in-memory change durable (apply in order)."""
 
-    branch: str
+    branch: BranchRef
     ops: list[_Op] = field(default_factory=list)
 
     def __bool__(self) -> bool:
@@ -95,7 +95,7 @@ class Transcript:
         self,
         nodes: list[tuple[int, UIMessage]],
         *,
-        branch: str = "main",
+        branch: BranchRef = MAIN_BRANCH,
         sanitize: Callable[[UIMessage], UIMessage] = sanitize_message,
     ) -> None:
         self._branch = branch
@@ -206,10 +206,18 @@ class Transcript:
         change.ops.append(_Op("trim", keep=keep))
         return change
 
+    @property
+    def branch(self) -> BranchRef:
+        """The branch this transcript is the path of (`main`, or a branch id)."""
+        return self._branch
+
     def clear(self) -> Change:
-        """Remove every message of the conversation."""
+        """On `main`, remove every message of the conversation (and every other branch); on
+        another branch, empty that branch only."""
         self._nodes.clear()
-        return Change(self._branch, [_Op("clear")])
+        if self._branch == MAIN_BRANCH:
+            return Change(self._branch, [_Op("clear")])
+        return Change(self._branch, [_Op("leaf", node=None)])
 
     @property
     def _leaf(self) -> _Node | None:

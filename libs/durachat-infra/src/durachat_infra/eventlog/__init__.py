@@ -2,12 +2,16 @@
 
 from durachat_infra.eventlog.entries import (
     ALL,
+    EVERY_BRANCH,
+    MAIN,
     Kind,
     LogEntry,
     all_but,
+    branch_of,
     entry_id_key,
     is_for,
     only,
+    state_fields,
     with_cursor,
     with_replay_flag,
 )
@@ -17,6 +21,8 @@ from durachat_infra.eventlog.writer import LogFencedError, LogWriter
 
 __all__ = [
     "ALL",
+    "EVERY_BRANCH",
+    "MAIN",
     "Kind",
     "LogEntry",
     "LogFencedError",
@@ -24,11 +30,13 @@ __all__ = [
     "LogWriter",
     "StreamState",
     "all_but",
+    "branch_of",
     "entry_id_key",
     "is_for",
     "only",
     "read_range",
     "read_state",
+    "state_fields",
     "with_cursor",
     "with_replay_flag",
 ]

@@ -28,6 +28,26 @@ class Kind(StrEnum):
 
 ALL = "*"
 
+MAIN = "main"
+"""The branch key of `main` (its entries carry no branch field)."""
+
+EVERY_BRANCH = "*"
+"""The branch tag of an entry for connections on every branch (a clear of the whole
+conversation)."""
+
+
+def branch_of(entry_branch: str) -> str:
+    """The branch key an entry's tag stands for."""
+    return entry_branch or MAIN
+
+
+def state_fields(branch: str, change: dict[str, str]) -> dict[str, str]:
+    """A stream-state change as stored in the conversation's state hash, where the fields of
+    a branch other than main are prefixed with `<branch>|`."""
+    if branch in ("", MAIN):
+        return change
+    return {f"{branch}|{key}": value for key, value in change.items()}
+
 
 def all_but(connection_id: str) -> str:
     """Target every connection except `connection_id`."""
@@ -59,6 +79,8 @@ class LogEntry:
     request: str
     state: str = ""
     """JSON of the stream-state change this entry made, if any."""
+    branch: str = ""
+    """The branch the entry belongs to ("" for main, `EVERY_BRANCH` for all of them)."""
 
     @classmethod
     def from_fields(cls, entry_id: str, fields: dict[str, str]) -> LogEntry:
@@ -70,6 +92,7 @@ class LogEntry:
             target=fields.get("t", ALL),
             request=fields.get("r", ""),
             state=fields.get("s", ""),
+            branch=fields.get("b", ""),
         )
 
     def state_change(self) -> dict[str, str] | None:

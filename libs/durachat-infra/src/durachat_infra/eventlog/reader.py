@@ -35,10 +35,10 @@ async def read_range(
         cursor = "(" + rows[-1][0]
 
 
-async def read_state(redis: Redis, keys: ConversationKeys) -> StreamState:
-    """A conversation's stream state as the owner left it."""
+async def read_state(redis: Redis, keys: ConversationKeys, branch: str = "main") -> StreamState:
+    """The stream state of a conversation's branch as the owner left it."""
     fields: dict[str, str] = await redis.hgetall(keys.state)  # type: ignore[misc]
-    return StreamState.from_hash(fields)
+    return StreamState.all_from_hash(fields).get(branch) or StreamState()
 
 
 class LogReader:
@@ -80,12 +80,13 @@ class LogReader:
         await cancel_and_wait(self._task)
         await self._redis.delete(self._wake_key)
 
-    async def snapshot(self, keys: ConversationKeys) -> tuple[StreamState, str]:
-        """Read a conversation's stream state and the id of its newest entry, atomically."""
+    async def snapshot(self, keys: ConversationKeys) -> tuple[dict[str, StreamState], str]:
+        """Read the stream state of every branch of a conversation and the id of the newest
+        entry of its log, atomically."""
         raw: Any = await self._snapshot(keys=[keys.log, keys.state])
         flat, last_id = raw
         fields = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat), 2)}
-        return StreamState.from_hash(fields), str(last_id)
+        return StreamState.all_from_hash(fields), str(last_id)
 
     async def first_id(self, keys: ConversationKeys) -> str | None:
         """Id of the oldest entry still in a log (None when it is empty)."""

@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
-# KEYS: log, state, lease. ARGV: owner, maxlen, then five values per entry: kind, frame, target,
-# request, state change as JSON ("" for none). A state change is also stored in its entry (so
-# followers apply the same change) and applied to the state hash, where the value "$id" stands
-# for the id of the entry just added. Checking the lease, appending and changing the state in
-# one script means a former owner can never write, and a gateway reading state and log
-# together (SNAPSHOT) always sees them agree. An empty owner skips the lease check.
+# KEYS: log, state, lease. ARGV: owner, maxlen, then six values per entry: kind, frame, target,
+# request, state change as JSON ("" for none), branch ("" for main). A state change is also stored
+# in its entry (so followers apply the same change) and applied to the state hash, where the
+# value "$id" stands for the id of the entry just added. Checking the lease, appending and
+# changing the state in one script means a former owner can never write, and a gateway reading
+# state and log together (SNAPSHOT) always sees them agree. An empty owner skips the lease check.
 APPEND = """
 if ARGV[1] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[1] then
   return redis.error_reply('FENCED the conversation lease is held by another shard')
 end
 local ids = {}
-for i = 3, #ARGV, 5 do
-  local id
-  if ARGV[i + 4] == '' then
-    id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*',
-      'k', ARGV[i], 'f', ARGV[i + 1], 't', ARGV[i + 2], 'r', ARGV[i + 3])
-  else
-    id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*',
-      'k', ARGV[i], 'f', ARGV[i + 1], 't', ARGV[i + 2], 'r', ARGV[i + 3], 's', ARGV[i + 4])
+for i = 3, #ARGV, 6 do
+  local fields = {'k', ARGV[i], 'f', ARGV[i + 1], 't', ARGV[i + 2], 'r', ARGV[i + 3]}
+  if ARGV[i + 4] ~= '' then
+    fields[#fields + 1] = 's'
+    fields[#fields + 1] = ARGV[i + 4]
+  end
+  if ARGV[i + 5] ~= '' then
+    fields[#fields + 1] = 'b'
+    fields[#fields + 1] = ARGV[i + 5]
+  end
+  local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', unpack(fields))
+  if ARGV[i + 4] ~= '' then
     local change = cjson.decode(ARGV[i + 4])
     local args = {}
     for field, value in pairs(change) do

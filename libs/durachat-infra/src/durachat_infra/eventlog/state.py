@@ -27,8 +27,18 @@ class StreamState:
     replayed to clients that reconnect ("" when none)."""
 
     @classmethod
+    def all_from_hash(cls, fields: dict[str, str]) -> dict[str, StreamState]:
+        """Decode the Redis hash form into the state of every branch found in it (the fields
+        of a branch other than main are prefixed with `<branch>|`)."""
+        by_branch: dict[str, dict[str, str]] = {"main": {}}
+        for key, value in fields.items():
+            branch, sep, field = key.rpartition("|")
+            by_branch.setdefault(branch if sep else "main", {})[field if sep else key] = value
+        return {branch: cls.from_hash(values) for branch, values in by_branch.items()}
+
+    @classmethod
     def from_hash(cls, fields: dict[str, str]) -> StreamState:
-        """Decode the Redis hash form."""
+        """Decode the Redis hash form (of one branch, unprefixed)."""
         return cls(
             status=fields.get("status", "idle") or "idle",
             request=fields.get("req", ""),

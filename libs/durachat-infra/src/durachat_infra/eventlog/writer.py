@@ -29,6 +29,7 @@ class _Append:
     target: str
     request: str
     state: str
+    branch: str = ""
     done: asyncio.Future[str] | None = field(default=None)
 
 
@@ -72,9 +73,11 @@ class LogWriter:
         target: str = ALL,
         request: str = "",
         state: dict[str, str] | None = None,
+        branch: str = "",
     ) -> None:
-        """Queue an entry; `state` changes the stream state hash atomically with it."""
-        self._enqueue(keys, _Append(kind, frame, target, request, _state_json(state)))
+        """Queue an entry; `state` changes the stream state hash atomically with it; `branch`
+        tags it with the branch it belongs to ("" for main)."""
+        self._enqueue(keys, _Append(kind, frame, target, request, _state_json(state), branch))
 
     def append_waitable(
         self,
@@ -89,7 +92,7 @@ class LogWriter:
         """Queue an entry; the future resolves to its entry id once written (or fails with
         `LogFencedError`)."""
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._enqueue(keys, _Append(kind, frame, target, request, _state_json(state), done))
+        self._enqueue(keys, _Append(kind, frame, target, request, _state_json(state), "", done))
         return done
 
     def _enqueue(self, keys: ConversationKeys, item: _Append) -> None:
@@ -154,7 +157,14 @@ class LogWriter:
         for keys, items in batch.items():
             args: list[str] = [self._owner, self._maxlen]
             for item in items:
-                args += [item.kind.value, item.frame, item.target, item.request, item.state]
+                args += [
+                    item.kind.value,
+                    item.frame,
+                    item.target,
+                    item.request,
+                    item.state,
+                    item.branch,
+                ]
             pipe.evalsha(self._script.sha, 3, keys.log, keys.state, keys.lease, *args)
         results: list[object] = await pipe.execute(raise_on_error=False)
         if any(isinstance(r, NoScriptError) for r in results):

@@ -201,6 +201,18 @@ class BranchRecord:
     created_at: datetime
     updated_at: datetime
 
+    def to_json(self) -> dict[str, Any]:
+        """The branch as the HTTP and WebSocket APIs show it."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "leaf_message_id": self.leaf_message_id,
+            "parent_branch_id": self.parent_branch_id,
+            "fork_message_id": self.fork_message_id,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Siblings:

@@ -159,8 +159,9 @@ class FencedTransaction:
                 .values(parent_id=parent_pk)
             )
 
-    async def set_leaf(self, branch: str, leaf_pk: int | None) -> None:
-        """Point `branch` at `leaf_pk`, creating the branch if it does not exist.
+    async def set_leaf(self, branch: BranchRef, leaf_pk: int | None) -> None:
+        """Point `branch` (a name, or an id) at `leaf_pk`; a branch named that is created if
+        it does not exist.
 
         The branch's transcript becomes the path from the root to `leaf_pk`; messages below or
         beside that path stay in the tree. `None` empties the branch.
@@ -168,18 +169,22 @@ class FencedTransaction:
         Raises:
             ValueError: `branch` is empty.
             StoreError: `leaf_pk` is not a message of this conversation.
+            UnknownBranchError: no branch has the id `branch`.
         """
-        if not branch:
+        if branch == "":
             raise ValueError("branch name must not be empty")
         async with self._op("set branch leaf") as conn:
             if leaf_pk is not None:
                 await self._require_messages(conn, [leaf_pk])
+            which = Branch.id == branch if isinstance(branch, int) else Branch.name == branch
             moved = await conn.execute(
                 update(Branch)
-                .where(Branch.conversation_id == self.conversation_id, Branch.name == branch)
-                .values(leaf_id=leaf_pk)
+                .where(Branch.conversation_id == self.conversation_id, which)
+                .values(leaf_id=leaf_pk, updated_at=utcnow())
             )
             if moved.rowcount == 0:
+                if isinstance(branch, int):
+                    raise UnknownBranchError(self.conversation_id, branch)
                 await conn.execute(
                     insert(Branch).values(
                         conversation_id=self.conversation_id, name=branch, leaf_id=leaf_pk

@@ -25,3 +25,6 @@ class MessageType(StrEnum):
     IDENTITY = "cf_agent_identity"  # S→C
     MCP_SERVERS = "cf_agent_mcp_servers"  # S→C
     ERROR = "durachat_error"  # S→C, the project's own namespace
+    BRANCHES = "durachat_branches"  # C→S asks for the branch list, S→C answers it
+    BRANCH_SWITCH = "durachat_branch_switch"  # C→S
+    BRANCH_SWITCHED = "durachat_branch_switched"  # S→C
