@@ -156,7 +156,8 @@ async def test_a_client_that_reconnects_during_recovery_resumes_the_reply(
     await first.send(request)
     await first.wait_for(lambda f: f.get("id") == rid and f.get("seq") == 8, timeout=20)
     await first.close()
-    _kill(cluster, await _owner(cluster, AGENT, name))
+    # Not waiting for the replacement shard: the client comes back while the reply recovers.
+    _kill(cluster, await _owner(cluster, AGENT, name), wait=False)
 
     # Back through the other gateway, with the resume handshake of the reference client.
     second = await WsClient.connect(cluster.urls[1], AGENT, name)
@@ -168,6 +169,7 @@ async def test_a_client_that_reconnects_during_recovery_resumes_the_reply(
     history = await get_messages(cluster.urls[0], AGENT, name)
     assert _text(history[1]) == SLOW_TEXT
     await second.close()
+    cluster.wait_ready(60)
 
 
 async def test_sigkill_during_a_server_tool_never_runs_it_twice(
