@@ -175,8 +175,8 @@ async function withTimeout(promise, timeoutMs, what) {
   }
 }
 
-async function getMessages(baseUrl, agent, name) {
-  const response = await fetch(`${baseUrl}/agents/${agent}/${name}/get-messages`);
+async function getMessages(baseUrl, agent, name, query = "") {
+  const response = await fetch(`${baseUrl}/agents/${agent}/${name}/get-messages${query}`);
   const text = await response.text();
   check(response.ok, `GET get-messages answered ${response.status}`, { body: text.slice(0, 500) });
   return text.trim() ? JSON.parse(text) : [];
@@ -342,8 +342,10 @@ class Tab {
     baseUrl,
     agentName,
     name,
-    { label, reconnectDelayMs = 300, onToolCall, autoContinueAfterToolResult = true, onData, onMessages } = {},
+    { label, reconnectDelayMs = 300, onToolCall, autoContinueAfterToolResult = true, onData, onMessages, query } = {},
   ) {
+    // useAgent's `query`: extra URL parameters of the socket (and so of get-messages).
+    this.query = query;
     // useAgentChat options: onToolCall (client tools), autoContinueAfterToolResult (default true)
     // and onData (passed to useChat, and called by the hook for observed data-* chunks).
     this.onToolCall = onToolCall;
@@ -376,6 +378,7 @@ class Tab {
       minReconnectionDelay: this.reconnectDelayMs,
       maxReconnectionDelay: this.reconnectDelayMs * 4,
       connectionTimeout: 4000,
+      ...(this.query ? { query: this.query } : {}),
     });
     // Like useAgent's agent.getHttpUrl().
     agent.getHttpUrl = () => (agent._url || agent._pkurl || "").replace("ws://", "http://").replace("wss://", "https://");
@@ -2099,6 +2102,58 @@ const scenarios = {
       "get-messages differs from the client state",
       { client: summary(msgs) },
     );
+  },
+
+  // Branch views (durachat's own): a tab that names a branch in its URL (useAgent's `query`) loads,
+  // chats on and reloads that branch only, and a tab on main never sees it.
+  async "branch-view"({ urls, agent, name }, observed) {
+    const main = await mounted(urls[0], agent, name);
+    await withTimeout(main.send("one"), 10_000, "first sendMessage");
+    await withTimeout(main.send("two"), 10_000, "second sendMessage");
+    const mainBefore = summary(main.messages);
+    const created = await fetch(`${urls[0]}/agents/${agent}/${name}/branches`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: "alt", at: main.messages[1].id }),
+    });
+    const branch = await created.json();
+    check(created.status === 201, `creating the branch answered ${created.status}`, { branch });
+    const alt = await mounted(urls[0], agent, name, { label: "alt", query: { branch: "alt" } });
+    check(
+      alt.initialMessages.length === 2 && textOf(alt.initialMessages[1]) === "echo: one",
+      "the branch tab did not load the branch's transcript",
+      { initial: summary(alt.initialMessages) },
+    );
+    await withTimeout(alt.send("three"), 10_000, "sendMessage on the branch");
+    check(
+      JSON.stringify(alt.messages.map(textOf)) === JSON.stringify(["one", "echo: one", "three", "echo: three"]),
+      "the branch tab does not show its branch",
+      { alt: summary(alt.messages) },
+    );
+    await sleep(300);
+    check(
+      JSON.stringify(summary(main.messages)) === JSON.stringify(mainBefore),
+      "the main tab changed while the other branch chatted",
+      { main: summary(main.messages), before: mainBefore },
+    );
+    check(
+      !frameLog.some((f) => f.tab === main.label && f.dir === "in" && JSON.stringify(f.frame).includes("echo: three")),
+      "the main tab received frames of the other branch",
+    );
+    const reloaded = await mounted(urls[1], agent, name, { label: "alt-reload", query: { branch: "alt" } });
+    check(
+      JSON.stringify(reloaded.initialMessages.map(textOf)) === JSON.stringify(["one", "echo: one", "three", "echo: three"]),
+      "a reload of the branch tab does not show its branch",
+      { reloaded: summary(reloaded.initialMessages) },
+    );
+    const onMain = await getMessages(urls[0], agent, name);
+    check(
+      JSON.stringify(onMain.map(textOf)) === JSON.stringify(["one", "echo: one", "two", "echo: two"]),
+      "main's stored transcript changed",
+      { main: summary(onMain) },
+    );
+    observed.alt = summary(alt.messages);
+    observed.main = summary(main.messages);
   },
 
   async "resume-drop"({ urls, agent, name }, observed) {

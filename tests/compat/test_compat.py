@@ -53,8 +53,19 @@ SCENARIOS = [
     "concurrency-merge",
     "concurrency-debounce",
     "concurrency-drop",
+    # Branch views: a tab naming a branch in its URL loads, chats on and reloads only that branch;
+    # a tab on main never sees it.
+    "branch-view",
 ]
-TWO_GATEWAYS = {"resume-reload", "clear", "two-tabs", "tool-two-tabs", "preliminary", "data-parts"}
+TWO_GATEWAYS = {
+    "resume-reload",
+    "clear",
+    "two-tabs",
+    "tool-two-tabs",
+    "preliminary",
+    "data-parts",
+    "branch-view",
+}
 """Scenarios whose second client connects through the second gateway."""
 AGENTS = {
     "preliminary": "compat-live-tool-agent",
