@@ -108,3 +108,32 @@ async def test_fork_a_branch_into_a_new_conversation(
     assert ws.text(request["id"]) == "echo: and then"
     await ws.close()
     assert len((await http.get(f"{base}/get-messages")).json()) == 4
+
+
+async def test_branch_operations_racing_a_streaming_reply(
+    cluster: LocalCluster, http: httpx.AsyncClient, conversation: str
+) -> None:
+    ws = await WsClient.connect(cluster.urls[0], AGENT, conversation)
+    u1 = user_message("slow, while branches change")
+    request = chat_request([u1])
+    rid = str(request["id"])
+    await ws.send(request)
+    await ws.wait_for(lambda f: f.get("id") == rid and f.get("seq") == 5, timeout=20)
+    base = f"/agents/{AGENT}/{conversation}"
+    # Forked at the user message while its reply streams; renamed, read, deleted meanwhile.
+    created = await http.post(f"{base}/branches", json={"name": "aside", "at": u1["id"]})
+    assert created.status_code == 201, created.text
+    renamed = await http.patch(f"{base}/branches/aside", json={"name": "aside-2"})
+    assert renamed.status_code == 200
+    aside = (await http.get(f"{base}/get-messages", params={"branch": "aside-2"})).json()
+    assert [m["id"] for m in aside] == [u1["id"]]
+    deleted = await http.delete(f"{base}/branches/aside-2")
+    assert deleted.status_code == 200 and deleted.json() == {"deleted_messages": 0}
+    # The reply was not disturbed, and is stored on main.
+    done = await ws.wait_done(rid, timeout=30)
+    assert "outcome" not in done
+    assert ws.text(rid) == "".join(f"s{i:02d} " for i in range(50))
+    main = (await http.get(f"{base}/get-messages")).json()
+    assert [m["role"] for m in main] == ["user", "assistant"]
+    assert [b["name"] for b in (await http.get(f"{base}/branches")).json()["branches"]] == ["main"]
+    await ws.close()
