@@ -37,7 +37,7 @@ from sqlalchemy import delete
 
 from bench.procs import Cleanup
 from bench.stats import summary
-from bench.targets import _env_overrides
+from bench.targets import cluster_env
 from durachat_infra.local.cluster import LocalCluster
 from durachat_infra.local.redis_server import free_port
 from durachat_infra.store import MAIN_BRANCH, ConversationKey, Store, migrate
@@ -278,7 +278,7 @@ def _http(
         shards=1,
         jobs=0,
         database_url=url,
-        env=_env_overrides(),
+        env=cluster_env(),
         log_dir=var_dir / "logs",
     )
     cleanup.add("branches cluster", cluster.stop)

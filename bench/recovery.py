@@ -24,7 +24,7 @@ import websockets
 
 from bench.procs import Cleanup
 from bench.stats import summary
-from bench.targets import _env_overrides
+from bench.targets import cluster_env
 from durachat_infra.local.cluster import LocalCluster
 from durachat_infra.local.redis_server import free_port
 from durachat_infra.settings import ClusterTiming
@@ -109,7 +109,7 @@ def run_recovery(var_dir: Path, cleanup: Cleanup, *, kills: int, log: Any) -> di
         gateways=1,
         shards=3,
         jobs=1,
-        env=_env_overrides(),
+        env=cluster_env(),
         log_dir=var_dir / "logs",
     )
     cleanup.add("recovery cluster", cluster.stop)

@@ -49,7 +49,7 @@ class BenchCluster(LocalCluster):
         return super()._spawn(role, name, module, extra)
 
 
-def _env_overrides() -> dict[str, str]:
+def cluster_env() -> dict[str, str]:
     """What LocalCluster children need on top of os.environ (it cannot unset variables)."""
     env = child_env({"DURACHAT_AGENTS": "durachat.demo,bench.agents"})
     return {
@@ -73,7 +73,7 @@ def start_durachat(
         jobs=1,
         # The embedded SQLite by default; BENCH_DATABASE_URL measures another database.
         database_url=os.environ.get("BENCH_DATABASE_URL") or None,
-        env=_env_overrides(),
+        env=cluster_env(),
         log_dir=var_dir / "logs",
     )
     cluster.profile_roles = profile

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import time
+from typing import overload
 
 from durachat.protocol import MessageType
 from durachat_gateway.connection import ClientConnection
@@ -182,14 +183,7 @@ class Channel:
                 {"body": "", "done": True, "id": request_id, "type": RESPONSE, "replay": True}
             )
             return
-        conn.replaying = True
-        conn.buffer = []
-        try:
-            entries = await self._reader.read_range(self.keys, state.start)
-        except Exception:
-            conn.replaying = False
-            conn.buffer = []
-            raise
+        entries = await self._replay_read(conn, state.start)
         last = entry_id_key(entries[-1].id) if entries else entry_id_key(state.start)
         ended = False
         transcript: LogEntry | None = None
@@ -239,43 +233,19 @@ class Channel:
         kept the cursor of the last frame it got misses nothing and gets nothing twice, even
         when the turn moved to another shard meanwhile. False (nothing sent) if the log no
         longer reaches back to `cursor`: the client must reload the transcript."""
-        conn.replaying = True
-        conn.buffer = []
-        try:
-            first = await self._reader.first_id(self.keys)
-            if first is None or entry_id_key(first) > entry_id_key(cursor):
-                conn.replaying = False
-                conn.buffer = []
-                return False
-            entries = await self._reader.read_range(self.keys, "(" + cursor)
-        except Exception:
-            conn.replaying = False
-            conn.buffer = []
-            raise
+        entries = await self._replay_read(conn, "(" + cursor, reaching=cursor)
+        if entries is None:
+            return False
         last = entry_id_key(entries[-1].id) if entries else entry_id_key(cursor)
         for entry in entries:
             if entry.kind is not Kind.CONTROL and _visible(entry, conn):
                 conn.send_entry(entry)
-        conn.replayed = (None, last)
-        for entry in conn.buffer:
-            if not _already_replayed(conn, entry):
-                conn.send_entry(entry)
-        conn.buffer = []
-        conn.replaying = False
+        self._go_live(conn, None, last)
         return True
 
     async def _replay_terminal(self, conn: ClientConnection, request_id: str, text: str) -> None:
         """Replay a turn that recovery gave up on: what it streamed, then its terminal error."""
-        conn.replaying = True
-        conn.buffer = []
-        try:
-            entries = await self._reader.read_range(
-                self.keys, self.state_of(conn.branch).start or "-"
-            )
-        except Exception:
-            conn.replaying = False
-            conn.buffer = []
-            raise
+        entries = await self._replay_read(conn, self.state_of(conn.branch).start or "-")
         last = entry_id_key(entries[-1].id) if entries else (0, 0)
         for entry in entries:
             if entry.request == request_id and entry.kind is Kind.CHUNK and _visible(entry, conn):
@@ -285,8 +255,40 @@ class Channel:
         )
         self._go_live(conn, request_id, last)
 
-    def _go_live(self, conn: ClientConnection, request_id: str, last: tuple[int, int]) -> None:
-        """End a replay: send what arrived meanwhile that the replay did not cover."""
+    @overload
+    async def _replay_read(self, conn: ClientConnection, start: str) -> list[LogEntry]: ...
+
+    @overload
+    async def _replay_read(
+        self, conn: ClientConnection, start: str, *, reaching: str
+    ) -> list[LogEntry] | None: ...
+
+    async def _replay_read(
+        self, conn: ClientConnection, start: str, *, reaching: str | None = None
+    ) -> list[LogEntry] | None:
+        """Start a replay for `conn`: live entries are held back from now on (until `_go_live`)
+        while the log is read from `start`. With `reaching`, None (and no replay) if the log's
+        oldest entry is newer than that id: entries after it may have been trimmed."""
+        conn.replaying = True
+        conn.buffer = []
+        try:
+            if reaching is not None:
+                first = await self._reader.first_id(self.keys)
+                if first is None or entry_id_key(first) > entry_id_key(reaching):
+                    conn.replaying = False
+                    conn.buffer = []
+                    return None
+            return await self._reader.read_range(self.keys, start)
+        except Exception:
+            conn.replaying = False
+            conn.buffer = []
+            raise
+
+    def _go_live(
+        self, conn: ClientConnection, request_id: str | None, last: tuple[int, int]
+    ) -> None:
+        """End a replay: send what arrived meanwhile that the replay did not cover (of the
+        request `request_id`, or of any request after a cursor replay: None)."""
         conn.replayed = (request_id, last)
         for entry in conn.buffer:
             if not _already_replayed(conn, entry):

@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 
 from durachat.protocol import MessageType
 from durachat_infra.cluster import ClusterView, wake_owner
+from durachat_infra.eventlog import entry_id_key
 from durachat_infra.eventlog.scripts import CLOSE_ABANDONED
 from durachat_infra.keys import ClusterKeys, ConversationKeys, conversation_tag
 from durachat_infra.store import ConversationKey, Store
@@ -144,7 +145,7 @@ async def trim_logs(ctx: dict[str, Any]) -> int:
         status, start = await deps.redis.hmget(keys.state, ["status", "start"])  # type: ignore[misc]
         min_id = f"{cutoff_ms}-0"
         if status == "streaming" and start:
-            min_id = min(min_id, str(start), key=_id_key)
+            min_id = min(min_id, str(start), key=entry_id_key)
         removed += int(await deps.redis.xtrim(keys.log, minid=min_id, approximate=False))
     if removed:
         log.info("trimmed %d event log entries past retention", removed)
@@ -191,8 +192,3 @@ async def sweep_incidents(ctx: dict[str, Any]) -> int:
     if swept:
         log.info("swept %d stale recovery incidents", swept)
     return swept
-
-
-def _id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)

@@ -53,6 +53,32 @@ ANSWER_MARGIN = 0.5
 """Seconds before the gateway's deadline by which a frame's answer is sent."""
 
 
+ACTIVATION_ERRORS = (
+    NotOwnerError,
+    UnknownAgentError,
+    UnknownBranchError,
+    DatabaseUnavailableError,
+)
+"""Why a conversation cannot be activated here; `refusal` turns each into an answer."""
+
+
+def refusal(exc: Exception, shard_id: str) -> JSONResponse:
+    """The answer for an activation error: gateways follow a 409 to the owner it names, retry
+    a 503, and relay a 404's code to the client."""
+    if isinstance(exc, NotOwnerError):
+        return JSONResponse(
+            {"code": "not_owner", "owner": exc.owner, "shard": shard_id}, status_code=409
+        )
+    if isinstance(exc, UnknownAgentError):
+        return JSONResponse({"code": "unknown_agent"}, status_code=404)
+    if isinstance(exc, UnknownBranchError):
+        return JSONResponse(
+            {"code": "unknown_branch", "message": f"no branch {exc.branch!r}"}, status_code=404
+        )
+    log.warning("database unavailable: %s", exc)
+    return JSONResponse({"code": "database_unavailable"}, status_code=503)
+
+
 def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) -> FastAPI:
     """The internal API of one shard."""
     app = FastAPI(title="durachat shard (internal)", docs_url=None, redoc_url=None)
@@ -62,20 +88,8 @@ def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) ->
         key = ConversationKey(item.tenant, item.agent, item.name)
         try:
             actor = await conversations.get(key, item.branch)
-        except NotOwnerError as exc:
-            return JSONResponse(
-                {"code": "not_owner", "owner": exc.owner, "shard": shard_id}, status_code=409
-            )
-        except UnknownAgentError:
-            return JSONResponse({"code": "unknown_agent"}, status_code=404)
-        except UnknownBranchError:
-            return JSONResponse(
-                {"code": "unknown_branch", "message": f"no branch {item.branch!r}"},
-                status_code=404,
-            )
-        except DatabaseUnavailableError as exc:
-            log.warning("database unavailable: %s", exc)
-            return JSONResponse({"code": "database_unavailable"}, status_code=503)
+        except ACTIVATION_ERRORS as exc:
+            return refusal(exc, shard_id)
         wait = HANDLE_WAIT
         if item.deadline is not None:
             left = item.deadline - time.time()
@@ -97,15 +111,8 @@ def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) ->
         key = ConversationKey(item.tenant, item.agent, item.name)
         try:
             await conversations.recover(key)
-        except NotOwnerError as exc:
-            return JSONResponse(
-                {"code": "not_owner", "owner": exc.owner, "shard": shard_id}, status_code=409
-            )
-        except UnknownAgentError:
-            return JSONResponse({"code": "unknown_agent"}, status_code=404)
-        except DatabaseUnavailableError as exc:
-            log.warning("database unavailable: %s", exc)
-            return JSONResponse({"code": "database_unavailable"}, status_code=503)
+        except ACTIVATION_ERRORS as exc:
+            return refusal(exc, shard_id)
         await writer.flush()
         return JSONResponse({"ok": True, "shard": shard_id})
 
@@ -115,21 +122,8 @@ def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) ->
         try:
             actor = await conversations.get(key)
             status, body = await apply_branch_op(actor, item)
-        except NotOwnerError as exc:
-            return JSONResponse(
-                {"code": "not_owner", "owner": exc.owner, "shard": shard_id}, status_code=409
-            )
-        except UnknownAgentError:
-            return JSONResponse({"code": "unknown_agent"}, status_code=404)
-        except DatabaseUnavailableError as exc:
-            log.warning("database unavailable: %s", exc)
-            status, body = (
-                503,
-                {
-                    "code": "database_unavailable",
-                    "message": "the transcript store is unavailable",
-                },
-            )
+        except ACTIVATION_ERRORS as exc:
+            return refusal(exc, shard_id)
         # The outcome of the operation travels in the body: the gateway relays it as is.
         return JSONResponse({"status": status, "body": body})
 
