@@ -30,7 +30,7 @@ async def http(cluster: LocalCluster) -> AsyncIterator[httpx.AsyncClient]:
 
 async def regenerated(cluster: LocalCluster, conversation: str) -> tuple[str, str, str]:
     """Send `[u1]`, then regenerate it: returns `(u1, a1, a1')`, a1 and a1' being siblings
-    under u1 and a1' on main."""
+    under u1, a1 on main and a1' on the branch the regenerate forked."""
     ws = await WsClient.connect(cluster.urls[0], AGENT, conversation)
     try:
         user = user_message("branch me")
@@ -61,37 +61,41 @@ async def test_branches_siblings_and_messages_of_a_regenerated_reply(
 
     listed = await http.get(f"{base}/branches")
     assert listed.status_code == 200, listed.text
-    [main] = listed.json()["branches"]
+    main, fork = listed.json()["branches"]
     assert main["name"] == MAIN_BRANCH and isinstance(main["id"], int)
-    assert main["leaf_message_id"] == a1b
+    assert main["leaf_message_id"] == a1
     assert (main["parent_branch_id"], main["fork_message_id"]) == (None, None)
     assert main["created_at"] <= main["updated_at"]
+    assert fork["name"].startswith("regenerate-") and fork["leaf_message_id"] == a1b
+    assert (fork["parent_branch_id"], fork["fork_message_id"]) == (main["id"], u1)
 
-    siblings = await http.get(f"{base}/messages/{a1b}/siblings")
+    siblings = await http.get(f"{base}/messages/{a1}/siblings")
     assert siblings.status_code == 200, siblings.text
-    assert siblings.json() == {"siblings": [a1, a1b], "index": 1}
-    for branch in (MAIN_BRANCH, str(main["id"])):
+    assert siblings.json() == {"siblings": [a1, a1b], "index": 0}
+    for branch in (fork["name"], str(fork["id"])):
         response = await http.get(f"{base}/messages/{a1b}/siblings", params={"branch": branch})
         assert response.json() == {"siblings": [a1, a1b], "index": 1}
     root = await http.get(f"{base}/messages/{u1}/siblings")
     assert root.json() == {"siblings": [u1], "index": 0}
 
     plain = (await http.get(f"{base}/get-messages")).json()
-    assert [m["id"] for m in plain] == [u1, a1b]
+    assert [m["id"] for m in plain] == [u1, a1]
     for branch in (MAIN_BRANCH, str(main["id"]), ""):
         response = await http.get(f"{base}/get-messages", params={"branch": branch})
         assert response.status_code == 200
         assert response.json() == plain
+    forked = await http.get(f"{base}/get-messages", params={"branch": str(fork["id"])})
+    assert [m["id"] for m in forked.json()] == [u1, a1b]
 
 
 async def test_read_errors_have_stable_codes(
     cluster: LocalCluster, http: httpx.AsyncClient, conversation: str
 ) -> None:
-    _u1, a1, _a1b = await regenerated(cluster, conversation)
+    _u1, a1, a1b = await regenerated(cluster, conversation)
     base = f"/agents/{AGENT}/{conversation}"
 
-    # a1 is in the tree but on no branch's path.
-    off_path = await http.get(f"{base}/messages/{a1}/siblings")
+    # a1' is in the tree but not on main's path.
+    off_path = await http.get(f"{base}/messages/{a1b}/siblings")
     assert (off_path.status_code, error_code(off_path)) == (404, "unknown_message")
     missing = await http.get(f"{base}/messages/nope/siblings")
     assert (missing.status_code, error_code(missing)) == (404, "unknown_message")
@@ -144,7 +148,7 @@ async def test_branches_made_in_the_store_are_served_by_id_and_name(
             await tx.set_leaf("alt idea", reply)
     base = f"/agents/{AGENT}/{conversation}"
 
-    main, listed_alt = (await http.get(f"{base}/branches")).json()["branches"]
+    main, _regenerated, listed_alt = (await http.get(f"{base}/branches")).json()["branches"]
     assert listed_alt["id"] == alt.id and listed_alt["name"] == "alt idea"
     assert listed_alt["leaf_message_id"] == "alt-reply"
     assert listed_alt["parent_branch_id"] == main["id"]
@@ -155,9 +159,9 @@ async def test_branches_made_in_the_store_are_served_by_id_and_name(
         assert [m["id"] for m in on_alt.json()] == [u1, "alt-reply"]
         siblings = await http.get(f"{base}/messages/alt-reply/siblings", params={"branch": branch})
         assert siblings.json() == {"siblings": [a1, a1b, "alt-reply"], "index": 2}
-    on_main = await http.get(f"{base}/messages/{a1b}/siblings")
-    assert on_main.json() == {"siblings": [a1, a1b, "alt-reply"], "index": 1}
-    assert [m["id"] for m in (await http.get(f"{base}/get-messages")).json()] == [u1, a1b]
+    on_main = await http.get(f"{base}/messages/{a1}/siblings")
+    assert on_main.json() == {"siblings": [a1, a1b, "alt-reply"], "index": 0}
+    assert [m["id"] for m in (await http.get(f"{base}/get-messages")).json()] == [u1, a1]
 
 
 async def test_openapi_describes_the_branch_routes(http: httpx.AsyncClient) -> None:

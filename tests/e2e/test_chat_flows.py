@@ -186,8 +186,14 @@ async def test_regenerate_leaves_no_stale_assistant(
     await a.wait_done(second["id"])
     second_id = a.chunks(second["id"])[0]["messageId"]
     assert second_id != first_id
+    # The new reply is on a branch of its own, which the sender views now: neither
+    # transcript has a stale assistant message, and nothing was deleted.
+    [switched] = a.of_type("durachat_branch_switched")
+    assert switched["reason"] == "regenerate"
+    on_fork = await get_messages(cluster.urls[0], AGENT, conversation, branch=switched["branch"])
+    assert [m["id"] for m in on_fork] == [user["id"], second_id]
     history = await get_messages(cluster.urls[0], AGENT, conversation)
-    assert [m["id"] for m in history] == [user["id"], second_id]
+    assert [m["id"] for m in history] == [user["id"], first_id]
     await a.close()
 
 

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from durachat_infra.store import ConversationKey, FencedError, Store, migrate
-from durachat_shard.transcript import Change, Transcript
+from durachat_shard.transcript import Change, Fork, Transcript
 
 
 def msg(message_id: str, role: str, text: str) -> dict[str, object]:
@@ -48,8 +48,8 @@ async def _transcript(store: Store, epoch: int = 1) -> Owned:
     return Owned(store, conversation.id, epoch, Transcript([(m.pk, m.message) for m in stored]))
 
 
-async def _persist(o: Owned, incoming: list[dict[str, object]], *, truncate: bool) -> None:
-    _, change = o.t.persist(incoming, truncate=truncate)
+async def _persist(o: Owned, incoming: list[dict[str, object]]) -> None:
+    _, change = o.t.persist(incoming)
     await o.apply(change)
 
 
@@ -63,55 +63,99 @@ async def _reloaded(store: Store) -> list[str]:
 
 async def test_append_and_reply(store: Store) -> None:
     t = await _transcript(store)
-    await _persist(t, [msg("u1", "user", "hi")], truncate=True)
+    await _persist(t, [msg("u1", "user", "hi")])
     await _reply(t, msg("a1", "assistant", "hello"), anchor="u1")
     await _persist(
         t,
         [msg("u1", "user", "hi"), msg("a1", "assistant", "hello"), msg("u2", "user", "more")],
-        truncate=True,
     )
     assert await _reloaded(store) == ["u1", "a1", "u2"]
 
 
-async def test_regenerate_moves_the_leaf_back_without_deleting(store: Store) -> None:
+async def test_a_truncated_transcript_forks_and_changes_nothing(store: Store) -> None:
     t = await _transcript(store)
-    await _persist(t, [msg("u1", "user", "hi")], truncate=True)
+    await _persist(t, [msg("u1", "user", "hi")])
     await _reply(t, msg("a1", "assistant", "first"), anchor="u1")
-    await _persist(t, [msg("u1", "user", "hi")], truncate=True)
-    assert [m["id"] for m in t.messages] == ["u1"]
-    await _reply(t, msg("a2", "assistant", "second"), anchor="u1")
-    assert await _reloaded(store) == ["u1", "a2"]
+    assert t.t.fork_of([msg("u1", "user", "hi")], inflight=None) == Fork(1, "regenerate")
+    assert [m["id"] for m in t.messages] == ["u1", "a1"]
+    assert await _reloaded(store) == ["u1", "a1"]
+
+
+async def test_a_reply_still_streaming_counts_as_on_the_path(store: Store) -> None:
+    t = await _transcript(store)
+    await _persist(t, [msg("u1", "user", "hi")])
+    streaming = msg("a1", "assistant", "par")
+    assert t.t.fork_of([msg("u1", "user", "hi")], inflight=streaming) == Fork(1, "regenerate")
+    # A send that crossed the streaming reply (the client has not seen it yet) appends.
+    sent = [msg("u1", "user", "hi"), msg("u2", "user", "more")]
+    assert t.t.fork_of(sent, inflight=streaming) is None
+    # A continuation streams into the last message: it is not a message of its own.
+    await _reply(t, streaming, anchor="u1")
+    regenerate = [msg("u1", "user", "hi")]
+    assert t.t.fork_of(regenerate, inflight=msg("a1", "assistant", "partial")) == Fork(
+        1, "regenerate"
+    )
+    same = [msg("u1", "user", "hi"), msg("a1", "assistant", "par")]
+    assert t.t.fork_of(same, inflight=msg("a1", "assistant", "partial")) is None
+
+
+async def test_edits_fork_at_the_edited_message(store: Store) -> None:
+    t = await _transcript(store)
+    await _persist(t, [msg("u1", "user", "one"), msg("a1", "assistant", "r1")])
+    await _persist(
+        t, [msg("u1", "user", "one"), msg("a1", "assistant", "r1"), msg("u2", "user", "two")]
+    )
+    await _reply(t, msg("a2", "assistant", "r2"), anchor="u2")
+    kept = [msg("u1", "user", "one"), msg("a1", "assistant", "r1")]
+    # The same id with other content (the AI SDK's sendMessage({text, messageId})).
+    assert t.t.fork_of([*kept, msg("u2", "user", "TWO")], inflight=None) == Fork(2, "edit")
+    # A new id where the path has another user message.
+    assert t.t.fork_of([*kept, msg("u2b", "user", "two")], inflight=None) == Fork(2, "edit")
+    # The first message edited in place forks at the root.
+    assert t.t.fork_of([msg("u1", "user", "ONE")], inflight=None) == Fork(0, "edit")
+    # Unchanged user messages and new messages after the path fork nothing.
+    whole = [*kept, msg("u2", "user", "two"), msg("a2", "assistant", "r2")]
+    assert t.t.fork_of([*whole, msg("u3", "user", "three")], inflight=None) is None
+    # A client that sends only its new message appends, as with the reference.
+    assert t.t.fork_of([msg("u3", "user", "three")], inflight=None) is None
+    # An assistant message whose tool state changed is an update, never an edit.
+    assert t.t.fork_of([*kept[:1], msg("a1", "assistant", "other")], inflight=None) == Fork(
+        2, "regenerate"
+    )
+    assert (
+        t.t.fork_of([*kept[:1], msg("a1", "assistant", "other"), *whole[2:]], inflight=None) is None
+    )
+    assert await _reloaded(store) == ["u1", "a1", "u2", "a2"]
 
 
 async def test_a_request_with_new_messages_appends_like_the_reference(store: Store) -> None:
     t = await _transcript(store)
-    await _persist(t, [msg("u1", "user", "one")], truncate=True)
+    await _persist(t, [msg("u1", "user", "one")])
     await _reply(t, msg("a1", "assistant", "r1"), anchor="u1")
     await _persist(
         t,
         [msg("u1", "user", "one"), msg("a1", "assistant", "r1"), msg("u2", "user", "two")],
-        truncate=True,
     )
     await _reply(t, msg("a2", "assistant", "r2"), anchor="u2")
-    await _persist(t, [msg("u3", "user", "three")], truncate=True)
+    await _persist(t, [msg("u3", "user", "three")])
     assert await _reloaded(store) == ["u1", "a1", "u2", "a2", "u3"]
 
 
 async def test_sync_without_truncation_only_updates_and_appends(store: Store) -> None:
     t = await _transcript(store)
-    await _persist(t, [msg("u1", "user", "one"), msg("u2", "user", "two")], truncate=False)
-    await _persist(t, [msg("u3", "user", "three")], truncate=False)
+    await _persist(t, [msg("u1", "user", "one"), msg("u2", "user", "two")])
+    await _persist(t, [msg("u3", "user", "three")])
     assert await _reloaded(store) == ["u1", "u2", "u3"]
-    await _persist(t, [msg("u2", "user", "two edited")], truncate=False)
+    await _persist(t, [msg("u2", "user", "two edited")])
     reloaded = await _transcript(store)
     assert reloaded.messages[1]["parts"] == [{"type": "text", "text": "two edited"}]
 
 
 async def test_reply_to_an_earlier_message_is_spliced_after_it(store: Store) -> None:
     t = await _transcript(store)
-    await _persist(t, [msg("u1", "user", "one")], truncate=True)
+    await _persist(t, [msg("u1", "user", "one")])
     # A second send arrives while the first reply still streams and without its placeholder.
-    await _persist(t, [msg("u1", "user", "one"), msg("u2", "user", "two")], truncate=True)
+    await _persist(t, [msg("u1", "user", "one"), msg("u2", "user", "two")])
     await _reply(t, msg("a1", "assistant", "r1"), anchor="u1")
     await _reply(t, msg("a2", "assistant", "r2"), anchor="u2")
     assert [m["id"] for m in t.messages] == ["u1", "a1", "u2", "a2"]
@@ -120,19 +164,17 @@ async def test_reply_to_an_earlier_message_is_spliced_after_it(store: Store) -> 
 
 async def test_an_empty_placeholder_never_wipes_a_stored_reply(store: Store) -> None:
     t = await _transcript(store)
-    await _persist(t, [msg("u1", "user", "one")], truncate=True)
+    await _persist(t, [msg("u1", "user", "one")])
     await _reply(t, msg("a1", "assistant", "full reply"), anchor="u1")
     placeholder = {"id": "a1", "role": "assistant", "parts": []}
-    await _persist(
-        t, [msg("u1", "user", "one"), placeholder, msg("u2", "user", "two")], truncate=True
-    )
+    await _persist(t, [msg("u1", "user", "one"), placeholder, msg("u2", "user", "two")])
     reloaded = await _transcript(store)
     assert reloaded.messages[1]["parts"] == [{"type": "text", "text": "full reply"}]
 
 
 async def test_a_former_owner_is_fenced_and_nothing_applies(store: Store) -> None:
     old = await _transcript(store, epoch=1)
-    await _persist(old, [msg("u1", "user", "one")], truncate=True)
+    await _persist(old, [msg("u1", "user", "one")])
     new = await _transcript(store, epoch=2)
     with pytest.raises(FencedError):
         await _reply(old, msg("a1", "assistant", "zombie"), anchor="u1")
@@ -142,15 +184,14 @@ async def test_a_former_owner_is_fenced_and_nothing_applies(store: Store) -> Non
 
 async def test_trim_keeps_the_newest_and_deletes_the_rest(store: Store) -> None:
     t = await _transcript(store)
-    await _persist(t, [msg("u1", "user", "one")], truncate=True)
+    await _persist(t, [msg("u1", "user", "one")])
     await _reply(t, msg("a1", "assistant", "r1"), anchor="u1")
     # A regenerated reply leaves the first one off the path, in the tree.
-    await _persist(t, [msg("u1", "user", "one")], truncate=True)
+    await _persist(t, [msg("u1", "user", "one")])
     await _reply(t, msg("a1b", "assistant", "r1 again"), anchor="u1")
     await _persist(
         t,
         [msg("u1", "user", "one"), msg("a1b", "assistant", "r1 again"), msg("u2", "user", "two")],
-        truncate=True,
     )
     await _reply(t, msg("a2", "assistant", "r2"), anchor="u2")
     await t.apply(t.t.trim(2))
@@ -167,12 +208,11 @@ async def test_trim_keeps_the_newest_and_deletes_the_rest(store: Store) -> None:
 
 async def test_trim_keeps_what_another_branch_reaches(store: Store) -> None:
     t = await _transcript(store)
-    await _persist(t, [msg("u1", "user", "one")], truncate=True)
+    await _persist(t, [msg("u1", "user", "one")])
     await _reply(t, msg("a1", "assistant", "r1"), anchor="u1")
     await _persist(
         t,
         [msg("u1", "user", "one"), msg("a1", "assistant", "r1"), msg("u2", "user", "two")],
-        truncate=True,
     )
     await _reply(t, msg("a2", "assistant", "r2"), anchor="u2")
     async with store.transaction(t.conversation_id, t.epoch) as tx:

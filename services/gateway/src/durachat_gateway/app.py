@@ -369,10 +369,7 @@ async def _branch_frame(
     except DatabaseUnavailableError:
         _error(conn, "database_unavailable", "the transcript store is unavailable")
         return
-    conn.branch = viewed
-    conn.parked = None
-    conn.pending_resume = None
-    conn.send_json({"type": MessageType.BRANCH_SWITCHED.value, "branch": viewed})
+    channel.view(conn, viewed, reason="switch")
     conn.send_json({"type": MessageType.CHAT_MESSAGES.value, "messages": messages})
     channel.greet(conn)
 

@@ -18,6 +18,7 @@ from typing import overload
 from durachat.protocol import MessageType
 from durachat_gateway.connection import ClientConnection
 from durachat_infra.eventlog import (
+    ALL,
     EVERY_BRANCH,
     MAIN,
     Kind,
@@ -85,7 +86,8 @@ class Channel:
         branch's turns send, and what concerns every branch."""
         for entry in entries:
             branch = branch_of(entry.branch)
-            if entry.kind is not Kind.CONTROL:
+            # Control entries with a target are for connections; the rest only change state.
+            if entry.kind is not Kind.CONTROL or entry.target != ALL:
                 for conn in list(self.connections.values()):
                     if conn.pending_resume is not None or not _visible(entry, conn):
                         continue
@@ -94,7 +96,7 @@ class Channel:
                     if conn.replaying:
                         conn.buffer.append(entry)
                     else:
-                        conn.send_entry(entry)
+                        self._send(conn, entry)
             # State changes apply after delivery: a connection released by the end of a stream
             # does not get that stream's terminal frame without its chunks.
             change = entry.state_change()
@@ -109,6 +111,25 @@ class Channel:
         if entries:
             self._delivered = entry_id_key(entries[-1].id)
             self._progress.set()
+
+    def _send(self, conn: ClientConnection, entry: LogEntry) -> None:
+        """Deliver an entry meant for `conn`: its frame, or what its control entry says (`view`
+        moves the connection to another branch: its request was forked there)."""
+        if entry.kind is not Kind.CONTROL:
+            conn.send_entry(entry)
+            return
+        control = json.loads(entry.frame)
+        if control.get("op") == "view":
+            self.view(conn, str(control["branch"]), reason=str(control.get("reason", "")))
+
+    def view(self, conn: ClientConnection, branch: str, *, reason: str) -> None:
+        """Make `conn` view `branch` from now on, and tell it (`durachat_branch_switched`)."""
+        conn.branch = branch
+        conn.parked = None
+        conn.pending_resume = None
+        conn.send_json(
+            {"type": MessageType.BRANCH_SWITCHED.value, "branch": branch, "reason": reason}
+        )
 
     def _on_state(self, branch: str, before: str) -> None:
         state = self.state_of(branch)
@@ -238,8 +259,8 @@ class Channel:
             return False
         last = entry_id_key(entries[-1].id) if entries else entry_id_key(cursor)
         for entry in entries:
-            if entry.kind is not Kind.CONTROL and _visible(entry, conn):
-                conn.send_entry(entry)
+            if (entry.kind is not Kind.CONTROL or entry.target != ALL) and _visible(entry, conn):
+                self._send(conn, entry)
         self._go_live(conn, None, last)
         return True
 
@@ -292,7 +313,7 @@ class Channel:
         conn.replayed = (request_id, last)
         for entry in conn.buffer:
             if not _already_replayed(conn, entry):
-                conn.send_entry(entry)
+                self._send(conn, entry)
         conn.buffer = []
         conn.replaying = False
 

@@ -12,6 +12,7 @@ import contextlib
 import copy
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -56,7 +57,7 @@ from durachat_shard.incidents import Incident, Incidents
 from durachat_shard.ledger import SqlToolLedger
 from durachat_shard.recovery import RebuiltStream, Splice, rebuild_stream
 from durachat_shard.requests import ChatRequest, FrameError, parse_chat_request, parse_messages
-from durachat_shard.transcript import Change, Transcript
+from durachat_shard.transcript import Change, Fork, Transcript
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,10 @@ T = TypeVar("T")
 
 GENERIC_ERROR = "An error occurred."
 STORE_ERROR = "The conversation could not be saved. Please try again."
+FORK_ERROR = "The new branch could not be created. Please try again."
+
+FORK_CANCEL_WAIT = 10.0
+"""Seconds an edit or regenerate waits for the reply it cancels to end before forking."""
 
 
 @dataclass(slots=True)
@@ -219,6 +224,11 @@ class ConversationActor:
         self._write_failed = False
         self.on_cleared: Callable[[], None] | None = None
         """Told when the conversation was cleared (on main: every other branch is gone)."""
+        self.open_branch: Callable[[str], Awaitable[ConversationActor]] | None = None
+        """The actor of another branch of this conversation (by id), activating it: where an
+        edit or a regenerate is answered."""
+        self._forked: dict[str, str] = {}
+        """Requests answered on a branch forked for them: request id -> branch id."""
         self._stashes: dict[str, Any] = {}
         self._incidents = incidents or Incidents(
             store=store,
@@ -380,10 +390,10 @@ class ConversationActor:
             init = frame.get("init")
             if isinstance(init, dict) and init.get("method", "POST") != "POST":
                 return
-            await self._accept(connection_id, parse_chat_request(frame))
+            await self._accept(connection_id, parse_chat_request(frame), frame)
         elif kind == MessageType.CHAT_MESSAGES.value:
             incoming = parse_messages(frame)
-            merged, change = self.transcript.persist(incoming, truncate=False)
+            merged, change = self.transcript.persist(incoming)
             if change:
                 await self._write(change.apply)
             self.agent.messages = self.transcript.messages
@@ -399,12 +409,23 @@ class ConversationActor:
             if self._active is not None and self._active[0] == request_id:
                 self._active[1].set()
                 self._event(EventType.MESSAGE_CANCEL, {"requestId": request_id})
+            elif isinstance(request_id, str) and request_id in self._forked:
+                # Sent before its sender heard that the request moved to a new branch.
+                await self._pass_on(self._forked[request_id], connection_id, frame)
         else:
             raise FrameError("unsupported_frame", f"frame type {kind!r} is not supported")
 
-    async def _accept(self, requester: str, request: ChatRequest) -> None:
+    async def _accept(self, requester: str, request: ChatRequest, frame: JSONDict) -> None:
         if request.request_id in self._recent:
             await self._answer_repeat(requester, request)
+            return
+        if request.request_id in self._forked:
+            await self._pass_on(self._forked[request.request_id], requester, frame)
+            return
+        inflight = self._inflight if self._active is not None else None
+        fork = self.transcript.fork_of(request.messages, inflight=inflight)
+        if fork is not None:
+            await self._fork(requester, request, frame, fork)
             return
         self._remember(request.request_id)
         self._last_body = request.body
@@ -422,7 +443,7 @@ class ConversationActor:
             self._merge_from = None
         elif submit and strategy == "merge" and self._merge_from is None:
             self._merge_from = len(self.transcript.messages)
-        merged, change = self.transcript.persist(request.messages, truncate=True)
+        merged, change = self.transcript.persist(request.messages)
         collapsed = False
         if overlapping and submit and strategy == "merge":
             tail = self._merge_tail()
@@ -461,6 +482,56 @@ class ConversationActor:
             if overlapping and strategy == "debounce":
                 queued.debounce_until = time.monotonic() + self._concurrency.debounce_ms / 1000
         self._turns.put_nowait(queued)
+
+    async def _fork(
+        self, requester: str, request: ChatRequest, frame: JSONDict, fork: Fork
+    ) -> None:
+        """Answer an edit or a regenerate on a new branch forked where its transcript leaves
+        this path; its sender views that branch from then on. Nothing here changes: a reply
+        streaming here is cancelled first and its partial kept (the client left it behind)."""
+        if self.open_branch is None:
+            raise FrameError("branching_unavailable", "this conversation cannot fork branches")
+        below = self.transcript.messages[fork.at - 1]["id"] if fork.at else None
+        if self._active is not None:
+            self._active[1].set()
+            self._event(EventType.MESSAGE_CANCEL, {"requestId": self._active[0]})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), FORK_CANCEL_WAIT)
+        name = f"{fork.kind}-{uuid.uuid4().hex[:8]}"
+        try:
+            record = await self.run_write(
+                lambda tx: tx.create_branch(
+                    name,
+                    from_branch=self.transcript.branch,
+                    fork_message_id=below,
+                    at_root=below is None,
+                )
+            )
+            actor = await self.open_branch(str(record.id))
+        except FencedError:
+            raise
+        except Exception as exc:
+            log.warning("conversation %s: could not fork: %r", self.conversation_id, exc)
+            raise FrameError("fork_failed", FORK_ERROR) from exc
+        branch = str(record.id)
+        self._forked[request.request_id] = branch
+        if len(self._forked) > RECENT_REQUESTS:
+            del self._forked[next(iter(self._forked))]
+        # In the log before anything the new branch sends: the gateway moves the sender first.
+        self.emit.view(requester, branch, reason=fork.kind)
+        self._event(
+            EventType.TRANSCRIPT_FORKED,
+            {"requestId": request.request_id, "branch": record.to_json(), "kind": fork.kind},
+        )
+        await actor.submit(requester, frame)
+
+    async def _pass_on(self, branch: str, connection_id: str, frame: JSONDict) -> None:
+        """Hand a frame to the actor of another branch (a request that forked, its retry or
+        cancel)."""
+        if self.open_branch is None:
+            return
+        actor = await self.open_branch(branch)
+        await actor.submit(connection_id, frame)
 
     def _merge_tail(self) -> Change:
         """Collapse the user messages sent while busy into one (the `merge` strategy)."""
@@ -1033,7 +1104,7 @@ class ConversationActor:
 
     async def persist_messages(self, messages: list[UIMessage]) -> None:
         """See `Agent.persist_messages`."""
-        _, change = self.transcript.persist(messages, truncate=False)
+        _, change = self.transcript.persist(messages)
         if change:
             await self._write(change.apply)
         self.agent.messages = self.transcript.messages
@@ -1055,7 +1126,7 @@ class ConversationActor:
         def prepare(queued: _QueuedTurn) -> None:
             current = self.transcript.messages
             wanted = messages(list(current)) if callable(messages) else messages
-            _, change = self.transcript.persist(wanted, truncate=False)
+            _, change = self.transcript.persist(wanted)
 
             queued.anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
             snapshot = _snapshot(request, queued.anchor, self.emit.branch)

@@ -256,6 +256,16 @@ class Emitter:
             state=({"status": "done" if streamed else "idle"} if change_state else None),
         )
 
+    def view(self, connection_id: str, branch: str, *, reason: str) -> None:
+        """Move one connection to another branch of the conversation (`main` or a branch id):
+        its request goes on there. Gateways apply it and tell the client
+        (`durachat_branch_switched`)."""
+        self._append(
+            Kind.CONTROL,
+            _dumps({"op": "view", "branch": branch, "reason": reason}),
+            target=only(connection_id),
+        )
+
     def to(self, connection_id: str, frame: dict[str, Any]) -> None:
         """Send a frame to one connection."""
         self.frame(frame, target=only(connection_id))

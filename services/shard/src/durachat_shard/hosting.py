@@ -267,6 +267,7 @@ class Conversations:
             ),
         )
         agent.host = actor
+        actor.open_branch = lambda other: self.get(key, other)
         if branch == MAIN:
             actor.on_cleared = lambda: self._drop_branches(key)
         try:

@@ -1,10 +1,10 @@
 """A conversation's transcript on one branch: the in-memory path and its fenced persistence.
 
 The transcript is the path from the root of the message tree to the branch's leaf. Changes
-follow the reference's persistence rules (reconcile, sanitize, upsert) mapped onto the tree: a
-request that carries a truncated transcript (regenerate, an edit that keeps the id) moves the
-leaf back instead of deleting rows, so nothing is lost and the visible transcript has no stale
-messages.
+follow the reference's persistence rules (reconcile, sanitize, upsert) mapped onto the tree. A
+chat request whose transcript leaves the path (a regenerate, an edit) is not applied here at
+all: `fork_of` says where it leaves, and the shard answers it on a new branch forked there, so
+nothing is deleted or overwritten.
 
 Every change is made in memory at once and returned as a `Change`: the SQL operations that make
 it durable, applied later in one fenced transaction. The owner applies changes in the order it
@@ -88,6 +88,16 @@ class Change:
                 await tx.clear()
 
 
+@dataclass(frozen=True, slots=True)
+class Fork:
+    """Where a chat request's transcript leaves a branch's path."""
+
+    at: int
+    """How many messages of the path the new branch keeps: it forks below message `at - 1`
+    (at the root for 0)."""
+    kind: Literal["edit", "regenerate"]
+
+
 class Transcript:
     """The messages of one branch, kept in memory; changes come back as `Change`s to apply."""
 
@@ -114,31 +124,50 @@ class Transcript:
                 return i
         return None
 
-    def persist(
-        self, incoming: list[UIMessage], *, truncate: bool
-    ) -> tuple[list[UIMessage], Change]:
+    def fork_of(self, incoming: list[UIMessage], *, inflight: UIMessage | None) -> Fork | None:
+        """Where a chat request's transcript leaves this path, if it does (else None).
+
+        `inflight` is the reply streaming now (not on the path yet; clients already show it).
+        The request forks when its transcript
+
+        * stops short of the path: a regenerate, or any truncation (`regenerate`);
+        * changes the content of a user message on it (an edit that keeps the message id,
+          what the AI SDK's `sendMessage({text, messageId})` sends), or continues, after at
+          least one message in common, with a user message where the path has another user
+          message (an edit with a new id) (`edit`).
+
+        Anything else is the reference's append: updates of known messages, new ones after
+        the leaf. That includes a list whose first message is already new (a client that sends
+        only its new message) and a list that goes on with a user message where the path has
+        an assistant reply (a send that crossed a reply still streaming).
+        """
+        path = self.messages
+        if inflight is not None:
+            # A continuation streams into the last message; a new reply goes after it.
+            extends = bool(path) and path[-1].get("id") == inflight.get("id")
+            path = [*path[:-1], inflight] if extends else [*path, inflight]
+        resolved = self._resolve(incoming, path)[1]
+        for at, message in enumerate(resolved):
+            if at == len(path):
+                return None
+            known = path[at]
+            if message.get("id") != known.get("id"):
+                edited = at > 0 and message.get("role") == known.get("role") == "user"
+                return Fork(at, "edit") if edited else None
+            if message.get("role") == "user" and self._changed(message, known):
+                return Fork(at, "edit")
+        if resolved and len(resolved) < len(path):
+            return Fork(len(resolved), "regenerate")
+        return None
+
+    def persist(self, incoming: list[UIMessage]) -> tuple[list[UIMessage], Change]:
         """Reconcile a client's transcript into this one; returns the reconciled incoming list.
 
-        With `truncate` (chat requests), an incoming list that is a prefix of the stored path
-        (regenerate, or an edit that keeps the message id) becomes the new path: the leaf moves
-        back to its last message; the messages after it stay in the tree, off the path. A list
-        with new messages only updates the known ones and appends the new ones after the leaf,
-        as the reference does. Without `truncate` (client `setMessages` sync) nothing ever
-        leaves the path.
+        Messages on the path are updated, new ones appended after the leaf, as the reference
+        does; nothing ever leaves the path (a transcript that would fork is `fork_of`'s).
         """
         change = Change(self._branch)
-        server = self.messages
-        merged = reconcile_messages(incoming, server)
-        resolved: list[UIMessage] = []
-        for message in merged:
-            # Only assistant messages with tool calls can adopt another message's id.
-            if message.get("role") != "assistant" or not tool_call_ids(message):
-                resolved.append(message)
-                continue
-            message_id = resolve_tool_merge_id(message, server)
-            resolved.append(
-                message if message_id == message.get("id") else {**message, "id": message_id}
-            )
+        merged, resolved = self._resolve(incoming, self.messages)
         common = 0
         while (
             common < len(resolved)
@@ -150,13 +179,8 @@ class Transcript:
         for i in range(common):
             if not _is_stale_placeholder(resolved[i], self._nodes[i].message):
                 self._update(change, i, resolved[i])
-        rest = resolved[common:]
-        if truncate and not rest and common < len(self._nodes):
-            del self._nodes[common:]
-            change.ops.append(_Op("leaf", node=self._leaf))
-            return merged, change
         fresh: list[UIMessage] = []
-        for message in rest:
+        for message in resolved[common:]:
             index = self.index_of(str(message.get("id")))
             if index is None:
                 fresh.append(message)
@@ -166,6 +190,31 @@ class Transcript:
             self._append(change, fresh)
             change.ops.append(_Op("leaf", node=self._leaf))
         return merged, change
+
+    def _resolve(
+        self, incoming: list[UIMessage], server: list[UIMessage]
+    ) -> tuple[list[UIMessage], list[UIMessage]]:
+        """The reconciled incoming list, and the same with tool-call ids merged: the ids under
+        which its messages are compared with the path."""
+        merged = reconcile_messages(incoming, server)
+        resolved: list[UIMessage] = []
+        for message in merged:
+            # Only assistant messages with tool calls can adopt another message's id.
+            if message.get("role") != "assistant" or not tool_call_ids(message):
+                resolved.append(message)
+                continue
+            message_id = resolve_tool_merge_id(message, server)
+            resolved.append(
+                message if message_id == message.get("id") else {**message, "id": message_id}
+            )
+        return merged, resolved
+
+    def _changed(self, incoming: UIMessage, stored: UIMessage) -> bool:
+        """Whether a client's copy of a stored message has other content (compared as stored:
+        sanitized)."""
+        if incoming.get("parts") == stored.get("parts"):
+            return False
+        return self._sanitize(incoming).get("parts") != stored.get("parts")
 
     def put_reply(self, message: UIMessage, *, anchor: str | None) -> Change:
         """Add an assistant reply: update it in place if it is on the path already, else insert

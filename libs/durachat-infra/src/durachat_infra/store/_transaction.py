@@ -348,6 +348,7 @@ class FencedTransaction:
         *,
         from_branch: BranchRef = MAIN_BRANCH,
         fork_message_id: str | None = None,
+        at_root: bool = False,
     ) -> BranchRecord:
         """Create the branch `name`, forked from `from_branch` at one of its messages.
 
@@ -361,6 +362,8 @@ class FencedTransaction:
             from_branch: the branch forked from, by id or name.
             fork_message_id: the UIMessage id of a message on `from_branch`'s path; `None`
                 forks at its leaf (an empty `from_branch` gives an empty branch).
+            at_root: fork above the first message instead: the new branch starts empty, and
+                what is written to it becomes a new root (an edit of the first message).
 
         Raises:
             ValueError: `name` is not a valid branch name.
@@ -374,8 +377,8 @@ class FencedTransaction:
             source = await _branches.resolve(conn, cid, from_branch)
             if source is None:
                 raise UnknownBranchError(cid, from_branch)
-            fork_pk = source.leaf_id
-            if fork_message_id is not None:
+            fork_pk = None if at_root else source.leaf_id
+            if fork_message_id is not None and not at_root:
                 spot = await _branches.occurrence(conn, source.leaf_id, fork_message_id)
                 if spot is None:
                     raise UnknownMessageError(cid, fork_message_id, from_branch)

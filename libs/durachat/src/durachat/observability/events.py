@@ -30,6 +30,7 @@ class EventType:
     TOOL_APPROVAL: Final = "tool:approval"
     STREAM_STALLED: Final = "chat:stream:stalled"
     TRANSCRIPT_REPAIRED: Final = "chat:transcript:repaired"
+    TRANSCRIPT_FORKED: Final = "chat:transcript:forked"
 
 
 EVENT_TYPES: Final[frozenset[str]] = frozenset(
