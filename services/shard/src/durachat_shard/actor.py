@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
 
 from durachat.agent import Agent, MessagesOrUpdate, Turn, TurnResult, TurnStatusName
@@ -227,8 +227,8 @@ class ConversationActor:
         self.open_branch: Callable[[str], Awaitable[ConversationActor]] | None = None
         """The actor of another branch of this conversation (by id), activating it: where an
         edit or a regenerate is answered."""
-        self._forked: dict[str, str] = {}
-        """Requests answered on a branch forked for them: request id -> branch id."""
+        self._forked: dict[str, Fork] = {}
+        """Requests answered on a branch forked for them, by request id (with the branch id)."""
         self._stashes: dict[str, Any] = {}
         self._incidents = incidents or Incidents(
             store=store,
@@ -411,7 +411,7 @@ class ConversationActor:
                 self._event(EventType.MESSAGE_CANCEL, {"requestId": request_id})
             elif isinstance(request_id, str) and request_id in self._forked:
                 # Sent before its sender heard that the request moved to a new branch.
-                await self._pass_on(self._forked[request_id], connection_id, frame)
+                await self._pass_on(self._forked[request_id].branch, connection_id, frame)
         else:
             raise FrameError("unsupported_frame", f"frame type {kind!r} is not supported")
 
@@ -420,7 +420,10 @@ class ConversationActor:
             await self._answer_repeat(requester, request)
             return
         if request.request_id in self._forked:
-            await self._pass_on(self._forked[request.request_id], requester, frame)
+            # A retry: its sender goes where the request is answered.
+            forked = self._forked[request.request_id]
+            self.emit.view(requester, forked.branch, reason=forked.kind)
+            await self._pass_on(forked.branch, requester, frame)
             return
         inflight = self._inflight if self._active is not None else None
         fork = self.transcript.fork_of(request.messages, inflight=inflight)
@@ -514,7 +517,7 @@ class ConversationActor:
             log.warning("conversation %s: could not fork: %r", self.conversation_id, exc)
             raise FrameError("fork_failed", FORK_ERROR) from exc
         branch = str(record.id)
-        self._forked[request.request_id] = branch
+        self._forked[request.request_id] = replace(fork, branch=branch)
         if len(self._forked) > RECENT_REQUESTS:
             del self._forked[next(iter(self._forked))]
         # In the log before anything the new branch sends: the gateway moves the sender first.

@@ -96,6 +96,8 @@ class Fork:
     """How many messages of the path the new branch keeps: it forks below message `at - 1`
     (at the root for 0)."""
     kind: Literal["edit", "regenerate"]
+    branch: str = ""
+    """The id of the branch forked, once there is one."""
 
 
 class Transcript:
