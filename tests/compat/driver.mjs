@@ -2156,6 +2156,85 @@ const scenarios = {
     observed.main = summary(main.messages);
   },
 
+  async "branch-edit"({ urls, agent, name }, observed) {
+    const a = await mounted(urls[0], agent, name, { label: "editor" });
+    await withTimeout(a.send("one"), 10_000, "first sendMessage");
+    await withTimeout(a.send("two"), 10_000, "second sendMessage");
+    const mainBefore = summary(a.messages);
+    const watcher = await mounted(urls.at(-1), agent, name, { label: "main-watcher" });
+    const switches = [];
+    // What an application does with the switch: remember the branch, for its URL.
+    a.agent.addEventListener("message", (event) => {
+      const frame = JSON.parse(event.data);
+      if (frame.type === "durachat_branch_switched") switches.push(frame);
+    });
+    const branchOf = async (id) => getMessages(urls[0], agent, name, `?branch=${id}`);
+    const sameAs = (messages, expected) => JSON.stringify(summary(messages)) === JSON.stringify(expected);
+
+    // 1. Edit "two" in place, as the AI SDK does: sendMessage({text, messageId}).
+    await withTimeout(a.chat.sendMessage({ text: "two, edited", messageId: a.messages[2].id }), 10_000, "the edit");
+    await until(() => switches.length === 1, 5000, "the editor to be moved to the edit's branch");
+    const edited = switches[0];
+    check(edited.reason === "edit", `the switch gave reason ${edited.reason}`, { edited });
+    check(
+      JSON.stringify(a.messages.map(textOf)) === JSON.stringify(["one", "echo: one", "two, edited", "echo: two, edited"]),
+      "the editor does not show the edited branch",
+      { editor: summary(a.messages) },
+    );
+    check(sameAs(await branchOf(edited.branch), summary(a.messages)), "the edit's branch is not what the editor shows");
+    check(sameAs(await getMessages(urls[0], agent, name), mainBefore), "main changed when a message was edited");
+
+    // 2. Regenerate the last reply of the edited branch.
+    const editedView = summary(a.messages);
+    await withTimeout(a.regenerate(), 10_000, "regenerate");
+    await until(() => switches.length === 2, 5000, "the editor to be moved to the regenerate's branch");
+    const regenerated = switches[1];
+    check(regenerated.reason === "regenerate" && regenerated.branch !== edited.branch, "regenerate did not fork", { regenerated });
+    check(a.messages.length === 4 && a.messages[3].id !== editedView[3].id, "the regenerated reply is not new", { editor: summary(a.messages) });
+    check(sameAs(await branchOf(regenerated.branch), summary(a.messages)), "the regenerate's branch is not what the editor shows");
+    check(sameAs(await branchOf(edited.branch), editedView), "the edited branch changed on regenerate");
+
+    // 3. Stop a streaming reply and regenerate it: the stopped partial stays where it was.
+    const sending = a.send("slow").catch((e) => a.errors.push(`send: ${e.message}`));
+    await waitForDeltas(a, 5);
+    await withTimeout(a.stop(), 5000, "stop");
+    await withTimeout(sending, 10_000, "the stopped sendMessage to settle");
+    const stoppedOn = regenerated.branch;
+    await withTimeout(a.regenerate(), 30_000, "regenerate after stop");
+    await until(() => switches.length === 3, 5000, "the editor to be moved once more");
+    check(textOf(a.messages.at(-1)) === SLOW_TEXT, "the regenerated slow reply is not whole", { editor: summary(a.messages) });
+    const keptPartial = await branchOf(stoppedOn);
+    const partialText = textOf(keptPartial.at(-1));
+    check(
+      keptPartial.length === 6 && partialText.length > 0 && SLOW_TEXT.startsWith(partialText) && partialText !== SLOW_TEXT,
+      "the stopped reply's partial is not kept on its branch",
+      { kept: summary(keptPartial) },
+    );
+
+    // 4. The editor goes on chatting where it is; a reload with the branch in the URL shows it.
+    await withTimeout(a.send("after"), 10_000, "sendMessage on the new branch");
+    const last = switches[2].branch;
+    check(sameAs(await branchOf(last), summary(a.messages)), "a send after the fork did not stay on the branch");
+    const reloaded = await mounted(urls.at(-1), agent, name, { label: "editor-reload", query: { branch: last } });
+    check(sameAs(reloaded.initialMessages, summary(a.messages)), "a reload of the branch does not show it", {
+      reloaded: summary(reloaded.initialMessages),
+    });
+    const mainReload = await mounted(urls[0], agent, name, { label: "main-reload" });
+    check(sameAs(mainReload.initialMessages, mainBefore), "a reload of main does not show main", {
+      reloaded: summary(mainReload.initialMessages),
+    });
+
+    // Every branch stays listed; the tab on main saw none of it.
+    const listed = await (await fetch(`${urls[0]}/agents/${agent}/${name}/branches`)).json();
+    check(listed.branches.length === 4, `${listed.branches.length} branches listed, expected 4`, { listed });
+    check(sameAs(watcher.messages, mainBefore), "the main tab changed", { watcher: summary(watcher.messages) });
+    const leaked = frameLog.filter((f) => f.tab === watcher.label && f.dir === "in" && /edited|slow|after|durachat_branch_switched/.test(JSON.stringify(f.frame)));
+    check(leaked.length === 0, "the main tab received frames of other branches", { leaked: leaked.slice(0, 3) });
+    observed.switches = switches;
+    observed.editor = summary(a.messages);
+    observed.main = mainBefore;
+  },
+
   async "resume-drop"({ urls, agent, name }, observed) {
     const a = await mounted(urls[0], agent, name);
     const pk = a.agent._pk;
@@ -2270,7 +2349,7 @@ const scenarios = {
     });
     const serverId = requireServerStart(a.label, req.id);
     check(msgs[1].id === serverId, `client assistant id ${msgs[1].id} is not the stream's ${serverId}`);
-    check(history[1].id === serverId, `persisted assistant id ${history[1].id} is not the stream's ${serverId}`);
+    check(regenerated.id === serverId, `persisted assistant id ${regenerated.id} is not the stream's ${serverId}`);
   },
 
   async clear({ urls, agent, name }, observed) {
@@ -2313,18 +2392,28 @@ const scenarios = {
     check(msgs[0].role === "user" && msgs[1].role === "assistant", "wrong roles");
     check(textOf(msgs[1]) === "echo: hello world", `regenerated text is ${JSON.stringify(textOf(msgs[1]))}`);
     check(msgs[1].id !== first.id, "the regenerated assistant kept the old id");
+    // The new reply is on a branch of its own, which the tab was moved to; main keeps the first.
+    const moved = frameLog.find((f) => f.tab === a.label && f.dir === "in" && f.frame.type === "durachat_branch_switched");
+    check(moved?.frame.reason === "regenerate", "the tab was not moved to the regenerated branch", { moved });
     const history = await settledGet(
       urls[0],
       agent,
       name,
-      (h) => h.length === 2 && h[1].role === "assistant" && h[1].id !== before[1].id,
-      "exactly the user + a new assistant",
+      (h) => h.length === 2 && h[1].role === "assistant" && h[1].id === before[1].id,
+      "main to keep the first reply",
     );
-    observed.get = summary(history);
-    check(history[0].id === msgs[0].id && textOf(history[1]) === "echo: hello world", "persisted transcript is wrong");
+    check(textOf(history[1]) === "echo: hello world", "main's transcript is wrong", { main: summary(history) });
+    const forked = await getMessages(urls[0], agent, name, `?branch=${moved.frame.branch}`);
+    observed.get = summary(forked);
+    check(
+      forked.length === 2 && forked[0].id === msgs[0].id && forked[1].id !== before[1].id && textOf(forked[1]) === "echo: hello world",
+      "the regenerated branch's transcript is wrong",
+      { forked: summary(forked) },
+    );
+    const [, regenerated] = forked;
     const serverId = requireServerStart(a.label, req.id);
     check(msgs[1].id === serverId, `client assistant id ${msgs[1].id} is not the stream's ${serverId}`);
-    check(history[1].id === serverId, `persisted assistant id ${history[1].id} is not the stream's ${serverId}`);
+    check(regenerated.id === serverId, `persisted assistant id ${regenerated.id} is not the stream's ${serverId}`);
   },
 
   async "two-tabs"({ urls, agent, name }, observed) {

@@ -56,6 +56,10 @@ SCENARIOS = [
     # Branch views: a tab naming a branch in its URL loads, chats on and reloads only that branch;
     # a tab on main never sees it.
     "branch-view",
+    # Edit and regenerate with the real client: an edit (sendMessage({text, messageId})), a
+    # regenerate, a stop then regenerate each fork a branch the tab is moved to; the stopped
+    # partial stays behind; a reload naming the branch shows it; main and its tab never change.
+    "branch-edit",
 ]
 TWO_GATEWAYS = {
     "resume-reload",
@@ -65,6 +69,7 @@ TWO_GATEWAYS = {
     "preliminary",
     "data-parts",
     "branch-view",
+    "branch-edit",
 }
 """Scenarios whose second client connects through the second gateway."""
 AGENTS = {
