@@ -90,6 +90,38 @@ async def test_abandoned_streams_are_closed_unless_a_shard_holds_them(
     assert await redis.hget(held.state, "status") == "streaming"
 
 
+async def test_open_streams_of_other_branches_are_kept_and_closed_too(
+    redis: Redis, key_prefix: str
+) -> None:
+    now_ms = int(time.time() * 1000)
+    old, recent = f"{now_ms - 120_000}-0", f"{now_ms - 90_000}-0"
+    keys = _keys(key_prefix, "branches")
+    await _log(redis, keys, old, recent)
+    # main is done; branch 57 still streams a reply that started at `old`.
+    await redis.hset(
+        keys.state,
+        mapping={"status": "done", "req": "r0", "57|status": "streaming", "57|req": "r2"},
+    )
+    await redis.hset(keys.state, mapping={"57|start": old})
+    deps = JobDeps(
+        redis=redis,
+        keys=ClusterKeys(key_prefix),
+        shard_ttl=2.0,
+        log_retention=60.0,
+        abandoned_stream_after=60.0,
+    )
+    assert await trim_logs({"durachat": deps}) == 0
+    assert [e[0] for e in await redis.xrange(keys.log)] == [old, recent]
+
+    assert await close_abandoned_streams({"durachat": deps}) == 1
+    state = await redis.hgetall(keys.state)
+    assert (state["status"], state["57|status"]) == ("done", "done")
+    last = (await redis.xrevrange(keys.log, count=1))[0][1]
+    # The terminal frame goes to the branch's viewers, and their gateways mark it done.
+    assert (last["b"], last["r"], json.loads(last["s"])) == ("57", "r2", {"57|status": "done"})
+    assert json.loads(last["f"])["outcome"] == "aborted"
+
+
 async def test_stale_incidents_are_swept(tmp_path: Path, redis: Redis, key_prefix: str) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
     await migrate(url)

@@ -118,7 +118,7 @@ class Channel:
         if entry.kind is not Kind.CONTROL:
             conn.send_entry(entry)
             return
-        control = json.loads(entry.frame)
+        control = entry.control()
         if control.get("op") == "view":
             self.view(conn, str(control["branch"]), reason=str(control.get("reason", "")))
 

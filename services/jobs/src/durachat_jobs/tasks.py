@@ -15,7 +15,13 @@ from redis.asyncio import Redis
 
 from durachat.protocol import MessageType
 from durachat_infra.cluster import ClusterView, wake_owner
-from durachat_infra.eventlog import entry_id_key
+from durachat_infra.eventlog import (
+    MAIN,
+    StreamState,
+    entry_id_key,
+    state_fields,
+    state_prefix,
+)
 from durachat_infra.eventlog.scripts import CLOSE_ABANDONED
 from durachat_infra.keys import ClusterKeys, ConversationKeys, conversation_tag
 from durachat_infra.store import ConversationKey, Store
@@ -131,6 +137,16 @@ def _conversation_keys(deps: JobDeps, log_key: str) -> ConversationKeys:
     return ConversationKeys(deps.keys.prefix, tag)
 
 
+async def _stream_states(deps: JobDeps, keys: ConversationKeys) -> dict[str, StreamState]:
+    """The stream state of every branch of a conversation."""
+    fields = await deps.redis.hgetall(keys.state)  # type: ignore[misc]
+    return StreamState.all_from_hash(fields)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
 async def trim_logs(ctx: dict[str, Any]) -> int:
     """Trim every conversation's event log to the retention window; returns entries removed.
 
@@ -142,10 +158,10 @@ async def trim_logs(ctx: dict[str, Any]) -> int:
     removed = 0
     async for log_key in deps.redis.scan_iter(match=_log_keys(deps), count=500, _type="STREAM"):
         keys = _conversation_keys(deps, str(log_key))
-        status, start = await deps.redis.hmget(keys.state, ["status", "start"])  # type: ignore[misc]
         min_id = f"{cutoff_ms}-0"
-        if status == "streaming" and start:
-            min_id = min(min_id, str(start), key=entry_id_key)
+        for state in (await _stream_states(deps, keys)).values():
+            if state.status == "streaming" and state.start:
+                min_id = min(min_id, state.start, key=entry_id_key)
         removed += int(await deps.redis.xtrim(keys.log, minid=min_id, approximate=False))
     if removed:
         log.info("trimmed %d event log entries past retention", removed)
@@ -164,21 +180,28 @@ async def close_abandoned_streams(ctx: dict[str, Any]) -> int:
     closed = 0
     async for log_key in deps.redis.scan_iter(match=_log_keys(deps), count=500, _type="STREAM"):
         keys = _conversation_keys(deps, str(log_key))
-        request = await deps.redis.hget(keys.state, "req")  # type: ignore[misc]
-        if not request:
-            continue
-        frame = {
-            "body": "",
-            "done": True,
-            "id": request,
-            "type": MessageType.USE_CHAT_RESPONSE.value,
-            "outcome": "aborted",
-        }
-        done = await script(
-            keys=[keys.log, keys.state, keys.lease],
-            args=[request, json.dumps(frame, separators=(",", ":")), cutoff_ms],
-        )
-        closed += int(done)
+        for branch, state in (await _stream_states(deps, keys)).items():
+            if state.status not in ("streaming", "pending") or not state.request:
+                continue
+            frame = {
+                "body": "",
+                "done": True,
+                "id": state.request,
+                "type": MessageType.USE_CHAT_RESPONSE.value,
+                "outcome": "aborted",
+            }
+            done = await script(
+                keys=[keys.log, keys.state, keys.lease],
+                args=[
+                    state.request,
+                    _json(frame),
+                    cutoff_ms,
+                    state_prefix(branch),
+                    "" if branch == MAIN else branch,
+                    _json(state_fields(branch, {"status": "done"})),
+                ],
+            )
+            closed += int(done)
     if closed:
         log.info("closed %d abandoned streams", closed)
     return closed

@@ -12,6 +12,7 @@ from durachat_infra.eventlog.entries import (
     is_for,
     only,
     state_fields,
+    state_prefix,
     with_cursor,
     with_replay_flag,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "read_range",
     "read_state",
     "state_fields",
+    "state_prefix",
     "with_cursor",
     "with_replay_flag",
 ]

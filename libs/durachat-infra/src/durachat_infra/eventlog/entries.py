@@ -41,12 +41,16 @@ def branch_of(entry_branch: str) -> str:
     return entry_branch or MAIN
 
 
+def state_prefix(branch: str) -> str:
+    """The prefix of a branch's fields in the conversation's state hash: none for main,
+    `<branch>|` for the others."""
+    return "" if branch in ("", MAIN) else f"{branch}|"
+
+
 def state_fields(branch: str, change: dict[str, str]) -> dict[str, str]:
-    """A stream-state change as stored in the conversation's state hash, where the fields of
-    a branch other than main are prefixed with `<branch>|`."""
-    if branch in ("", MAIN):
-        return change
-    return {f"{branch}|{key}": value for key, value in change.items()}
+    """A stream-state change as stored in the conversation's state hash (see `state_prefix`)."""
+    prefix = state_prefix(branch)
+    return {f"{prefix}{key}": value for key, value in change.items()} if prefix else change
 
 
 def all_but(connection_id: str) -> str:

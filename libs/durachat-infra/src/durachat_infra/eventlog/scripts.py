@@ -47,22 +47,28 @@ if #last > 0 then last_id = last[1][1] end
 return {state, last_id}
 """
 
-# KEYS: log, state, lease. ARGV: request id, terminal frame, cutoff (ms). Closes the open stream
-# of `request id` with the terminal frame, but only if no shard holds the conversation, the
-# state still shows that request open, and the log's newest entry is older than the cutoff.
-# Returns 1 if it closed the stream.
+# KEYS: log, state, lease. ARGV: request id, terminal frame, cutoff (ms), the branch's field
+# prefix in the state hash ("" for main, "<branch>|" otherwise), the branch ("" for main), the
+# state change as JSON. Closes the open stream of `request id` on that branch with the terminal
+# frame, but only if no shard holds the conversation, the branch's state still shows that
+# request open, and the log's newest entry is older than the cutoff. Returns 1 if it closed it.
 CLOSE_ABANDONED = """
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
-local status = redis.call('HGET', KEYS[2], 'status')
+local p = ARGV[4]
+local status = redis.call('HGET', KEYS[2], p .. 'status')
 if status ~= 'streaming' and status ~= 'pending' then return 0 end
-if redis.call('HGET', KEYS[2], 'req') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[2], p .. 'req') ~= ARGV[1] then return 0 end
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 if #last > 0 then
   local ms = tonumber(string.match(last[1][1], '^(%d+)'))
   if ms > tonumber(ARGV[3]) then return 0 end
 end
-redis.call('XADD', KEYS[1], '*', 'k', 'd', 'f', ARGV[2], 't', '*', 'r', ARGV[1],
-  's', '{"status":"done"}')
-redis.call('HSET', KEYS[2], 'status', 'done')
+local fields = {'k', 'd', 'f', ARGV[2], 't', '*', 'r', ARGV[1], 's', ARGV[6]}
+if ARGV[5] ~= '' then
+  fields[#fields + 1] = 'b'
+  fields[#fields + 1] = ARGV[5]
+end
+redis.call('XADD', KEYS[1], '*', unpack(fields))
+redis.call('HSET', KEYS[2], p .. 'status', 'done')
 return 1
 """
