@@ -2349,7 +2349,7 @@ const scenarios = {
     });
     const serverId = requireServerStart(a.label, req.id);
     check(msgs[1].id === serverId, `client assistant id ${msgs[1].id} is not the stream's ${serverId}`);
-    check(regenerated.id === serverId, `persisted assistant id ${regenerated.id} is not the stream's ${serverId}`);
+    check(history[1].id === serverId, `persisted assistant id ${history[1].id} is not the stream's ${serverId}`);
   },
 
   async clear({ urls, agent, name }, observed) {
