@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -104,6 +105,7 @@ async def test_regenerate_replaces_the_last_answer(
             first_message = await first.message()
         assert first_message is not None
         user_id = client.messages[0]["id"]
+        assert client.branch == "main"
 
         second = await client.regenerate()
         async with asyncio.timeout(10):
@@ -112,9 +114,16 @@ async def test_regenerate_replaces_the_last_answer(
         assert second_message is not None
         assert second_message["id"] != first_message["id"]
         assert await second.text() == "echo: regen me"
+        # The server answered on a new branch, and the client follows it there.
+        assert client.branch != "main" and client.branch.isdigit()
+        assert second.branch == client.branch
         assert [m["id"] for m in client.messages] == [user_id, second_message["id"]]
+        on_fork = await fetch_history(cluster.urls[0], AGENT, conversation, branch=client.branch)
+        assert [m["id"] for m in on_fork] == [user_id, second_message["id"]]
+        assert await client.history() == on_fork
+        # Main keeps the first answer.
         history = await fetch_history(cluster.urls[0], AGENT, conversation)
-        assert [m["id"] for m in history] == [user_id, second_message["id"]]
+        assert [m["id"] for m in history] == [user_id, first_message["id"]]
 
 
 async def test_cancel_aborts_a_running_reply(cluster: LocalCluster, conversation: str) -> None:
@@ -348,8 +357,15 @@ async def test_cli_interactive(cluster: LocalCluster, conversation: str) -> None
     assert out == (
         "you> echo: hello\nyou> echo: hello\nyou> you: hello\nassistant: echo: hello\nyou> you> \n"
     )
-    assert err == "(conversation cleared)\n"
-    assert await fetch_history(url, AGENT, conversation) == []
+    # The regenerate was answered on a new branch, which the CLI views from then on: /history
+    # showed it, and /clear emptied only it.
+    moved, cleared = err.splitlines()
+    match = re.fullmatch(r"\(now on branch (\d+): (regenerate-[0-9a-f]{8})\)", moved)
+    assert match is not None, err
+    assert cleared == f"(branch {match[1]} cleared)"
+    assert await fetch_history(url, AGENT, conversation, branch=match[1]) == []
+    main = await fetch_history(url, AGENT, conversation)
+    assert [m["parts"][-1]["text"] for m in main] == ["hello", "echo: hello"]
 
 
 async def test_cli_without_a_server() -> None:

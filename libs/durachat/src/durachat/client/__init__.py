@@ -10,15 +10,24 @@ Tools: `client.pending_tool_calls()` lists the calls waiting for the client;
 `add_tool_output`, `add_tool_error` and `approve_tool` answer them and return the reply of the
 continuation the server starts; `ChatClient.connect(..., on_tool_call=hook)` answers client
 tools automatically, and `Reply.final()` follows the continuations.
+
+Branches: `ChatClient.connect(..., branch=...)` views a branch; `client.branch`,
+`client.branches()`, `client.switch_branch(...)`, and `client.edit(message_id, text)`, which
+(like `regenerate`) the server answers on a new branch that the client then views.
 """
 
 from durachat.client.chat import (
+    MAIN_BRANCH,
+    BranchRef,
     ChatClient,
     Connecting,
     FrameHook,
     ReplyHook,
+    branch_query,
+    edit_transcript,
     fetch_history,
     http_url,
+    is_branch,
     new_message_id,
     socket_url,
 )
@@ -27,7 +36,9 @@ from durachat.client.reply import OUTCOMES, Outcome, Reply, message_text
 from durachat.client.tools import ToolCall, ToolCallHook, WaitingState
 
 __all__ = [
+    "MAIN_BRANCH",
     "OUTCOMES",
+    "BranchRef",
     "ChatClient",
     "ClientError",
     "Connecting",
@@ -38,8 +49,11 @@ __all__ = [
     "ToolCall",
     "ToolCallHook",
     "WaitingState",
+    "branch_query",
+    "edit_transcript",
     "fetch_history",
     "http_url",
+    "is_branch",
     "message_text",
     "new_message_id",
     "socket_url",

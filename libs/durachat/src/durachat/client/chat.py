@@ -48,6 +48,16 @@ _TURN_WAIT: Final = 60.0
 """How long a reply the server had not answered at a reconnect waits for its turn."""
 _FOLLOW_TURNS: Final = 8
 """How many other turns a tool answer waits behind for its continuation to start."""
+_BRANCH_WAIT: Final = 30.0
+"""How long `branches` and `switch_branch` wait for the server's answer by default."""
+_FORK_REASONS: Final = frozenset({"edit", "regenerate"})
+"""`durachat_branch_switched` reasons that move the sender's request to a new branch."""
+
+MAIN_BRANCH: Final = "main"
+"""The branch every conversation has, viewed when none is named."""
+
+BranchRef = str | int
+"""A branch: its id (an int, or a string of digits) or its name."""
 
 
 def new_message_id() -> str:
@@ -59,7 +69,13 @@ def new_message_id() -> str:
     return "".join(secrets.choice(_ID_ALPHABET) for _ in range(16))
 
 
-def socket_url(base_url: str, agent: str, name: str, connection_id: str) -> str:
+def socket_url(
+    base_url: str,
+    agent: str,
+    name: str,
+    connection_id: str,
+    branch: BranchRef | None = None,
+) -> str:
     """Build the WebSocket URL of a chat.
 
     Args:
@@ -67,15 +83,94 @@ def socket_url(base_url: str, agent: str, name: str, connection_id: str) -> str:
         agent: The agent namespace, kebab-case (`chat-agent`).
         name: The chat instance name.
         connection_id: The connection id, sent as `_pk`.
+        branch: The branch the socket views (its id or name); `main` when None.
 
     Returns:
-        `ws(s)://host/agents/{agent}/{name}?_pk={connection_id}`.
+        `ws(s)://host/agents/{agent}/{name}?_pk={connection_id}`, with `&branch={branch}` for
+        a branch other than `main`.
     """
     scheme, netloc, path = _split(base_url)
     ws_scheme = {"http": "ws", "https": "wss"}.get(scheme, scheme)
-    return urlunsplit(
-        (ws_scheme, netloc, _chat_path(path, agent, name), f"_pk={quote(connection_id)}", "")
+    query = f"_pk={quote(connection_id)}"
+    ref = branch_query(branch)
+    if ref is not None:
+        query += f"&branch={quote(ref, safe='')}"
+    return urlunsplit((ws_scheme, netloc, _chat_path(path, agent, name), query, ""))
+
+
+def branch_query(branch: BranchRef | None) -> str | None:
+    """The `?branch=` value naming a branch, or None for `main` (which needs none).
+
+    Args:
+        branch: A branch id or name; None, `""` and `"main"` mean `main`.
+
+    Returns:
+        The id or name as a string, or None for `main`.
+
+    Raises:
+        TypeError: if `branch` is neither a string nor an int.
+    """
+    if branch is None:
+        return None
+    if isinstance(branch, bool) or not isinstance(branch, (str, int)):
+        raise TypeError(f"a branch is an id or a name, not {branch!r}")
+    ref = str(branch)
+    return None if ref in ("", MAIN_BRANCH) else ref
+
+
+def is_branch(record: Mapping[str, Any], branch: BranchRef) -> bool:
+    """Whether a branch record (`BranchOut`) is the branch a reference names.
+
+    Args:
+        record: `{"id", "name", …}`, as `ChatClient.branches` returns them.
+        branch: A branch id (an int, or a string of digits) or name.
+
+    Returns:
+        True if `branch` is the record's id (digits) or its name (anything else).
+    """
+    ref = str(branch)
+    if ref.isdigit() and ref.isascii():
+        return str(record.get("id")) == ref
+    return record.get("name") == ref
+
+
+def edit_transcript(
+    messages: Sequence[UIMessage], message_id: str, text: str
+) -> tuple[list[UIMessage], frozenset[str]]:
+    """The transcript an edit sends, like the AI SDK's `sendMessage({text, messageId})`.
+
+    Args:
+        messages: The transcript, oldest first.
+        message_id: The id of the user message to edit (the one nearest the end, if the id
+            occurs twice).
+        text: The message's new text.
+
+    Returns:
+        The messages before it, then the edited message (same id, one text part); and the ids
+        of the messages the edit drops (those after it).
+
+    Raises:
+        ClientError: `unknown_message` if the transcript has no message `message_id`;
+            `not_a_user_message` if that message is not a user message.
+    """
+    index = next(
+        (i for i in range(len(messages) - 1, -1, -1) if messages[i].get("id") == message_id),
+        None,
     )
+    if index is None:
+        raise ClientError("unknown_message", f"the transcript has no message {message_id!r}")
+    role = messages[index].get("role")
+    if role != "user":
+        raise ClientError(
+            "not_a_user_message", f"the message {message_id!r} is not a user message ({role})"
+        )
+    edited: UIMessage = {
+        "id": message_id,
+        "role": "user",
+        "parts": [{"type": "text", "text": text}],
+    }
+    dropped = frozenset(str(m.get("id")) for m in messages[index + 1 :] if m.get("id") is not None)
+    return [*messages[:index], edited], dropped
 
 
 def http_url(base_url: str, agent: str, name: str, suffix: str = "") -> str:
@@ -111,6 +206,7 @@ async def fetch_history(
     agent: str,
     name: str,
     *,
+    branch: BranchRef | None = None,
     headers: Mapping[str, str] | None = None,
     http: httpx.AsyncClient | None = None,
 ) -> list[UIMessage]:
@@ -120,25 +216,32 @@ async def fetch_history(
         base_url: The server's base URL.
         agent: The agent namespace.
         name: The chat instance name.
+        branch: The branch to read (its id or name); `main` when None.
         headers: Extra request headers (for example authentication).
         http: An HTTP client to use; a temporary one by default.
 
     Returns:
-        The transcript, oldest first.
+        The transcript (the branch's path), oldest first.
 
     Raises:
-        ClientError: `http_error` if the request fails or the answer is not a list.
+        ClientError: `unknown_branch` if the conversation has no such branch; `http_error` if
+            the request fails or the answer is not a list.
     """
     url = http_url(base_url, agent, name, "/get-messages")
+    ref = branch_query(branch)
+    params = {"branch": ref} if ref is not None else None
     try:
         if http is None:
             async with httpx.AsyncClient(timeout=_HTTP_TIMEOUT) as temporary:
-                response = await temporary.get(url, headers=dict(headers or {}))
+                response = await temporary.get(url, params=params, headers=dict(headers or {}))
         else:
-            response = await http.get(url, headers=dict(headers or {}))
+            response = await http.get(url, params=params, headers=dict(headers or {}))
     except httpx.HTTPError as exc:
         raise ClientError("http_error", f"GET {url} failed: {exc}") from exc
     if response.status_code != 200:
+        coded = _error_body(response)
+        if coded is not None and coded[0] == "unknown_branch":
+            raise ClientError(coded[0], coded[1], status=response.status_code)
         raise ClientError(
             "http_error",
             f"GET {url} answered {response.status_code}: {response.text.strip()}",
@@ -151,6 +254,18 @@ async def fetch_history(
     if not isinstance(messages, list):
         raise ClientError("http_error", f"GET {url} did not answer a list of messages")
     return [m for m in messages if isinstance(m, dict)]
+
+
+def _error_body(response: httpx.Response) -> tuple[str, str] | None:
+    """The `{"code", "message"}` of a JSON error answer, if it is one."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("code"), str):
+        return None
+    message = body.get("message")
+    return body["code"], message if isinstance(message, str) else body["code"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +288,26 @@ class _Probe:
     def __init__(self, probe_id: str) -> None:
         self.probe_id = probe_id
         self.answers: asyncio.Queue[_ProbeAnswer] = asyncio.Queue()
+
+
+class _BranchOp:
+    """A `durachat_branches` or `durachat_branch_switch` waiting for the server's answer."""
+
+    def __init__(self, kind: Literal["list", "switch"]) -> None:
+        self.kind = kind
+        self.switched = False
+        """(A switch) `durachat_branch_switched` arrived; the transcript that follows ends it."""
+        self.answer: asyncio.Future[JSONDict] = asyncio.get_running_loop().create_future()
+
+    def resolve(self, frame: JSONDict) -> None:
+        if not self.answer.done():
+            self.answer.set_result(frame)
+
+    def fail(self, error: ClientError) -> None:
+        if not self.answer.done():
+            self.answer.set_exception(error)
+            # Retrieved here, so that an operation that gave up leaves no unretrieved error.
+            self.answer.exception()
 
 
 FrameHook = Callable[[JSONDict], object]
@@ -198,6 +333,12 @@ class ChatClient:
     `add_tool_output`, `add_tool_error` and `approve_tool`, which return the reply of the
     continuation the server starts; an `on_tool_call` hook answers client tools by itself.
 
+    The client views one branch of the conversation (`branch`, `main` by default): what it
+    sends acts on that branch, and it receives only that branch's replies and transcript.
+    `switch_branch` views another one; an `edit` or a `regenerate` that the server answers on
+    a new branch moves the client there (`durachat_branch_switched`). Reconnects come back to
+    the branch the client views.
+
     Attributes:
         base_url: The server's base URL.
         agent: The agent namespace.
@@ -215,6 +356,7 @@ class ChatClient:
         name: str,
         *,
         connection_id: str | None = None,
+        branch: BranchRef | None = None,
         headers: Mapping[str, str] | None = None,
         on_frame: FrameHook | None = None,
         on_reply: ReplyHook | None = None,
@@ -227,7 +369,7 @@ class ChatClient:
 
         Args: see `ChatClient.connect`.
         """
-        socket_url(base_url, agent, name, "")  # validates base_url
+        socket_url(base_url, agent, name, "", branch)  # validates base_url and branch
         self.base_url = base_url.rstrip("/")
         self.agent = agent
         self.name = name
@@ -259,10 +401,14 @@ class ChatClient:
         self._offered: Reply | None = None
         self._probes: dict[str, _Probe] = {}
         self._resume_lock = asyncio.Lock()
-        self._last_op: Reply | _Probe | None = None
+        self._last_op: Reply | _Probe | _BranchOp | None = None
         self._transcript_version = 0
         self._continuations = 0
         self._last_continuation: Reply | None = None
+        self._branch = branch_query(branch) or MAIN_BRANCH
+        self._branch_lock = asyncio.Lock()
+        self._branch_op: _BranchOp | None = None
+        self._ready = False
 
     @classmethod
     def connect(
@@ -272,6 +418,7 @@ class ChatClient:
         name: str,
         *,
         connection_id: str | None = None,
+        branch: BranchRef | None = None,
         headers: Mapping[str, str] | None = None,
         load_history: bool = True,
         on_frame: FrameHook | None = None,
@@ -292,6 +439,8 @@ class ChatClient:
             name: The chat instance name.
             connection_id: The connection id (`_pk`); a fresh UUID by default. Reusing the id
                 of a dropped client lets the server treat this one as its reconnect.
+            branch: The branch to view, by id or name (`main` by default): the socket's
+                `?branch=`, and the branch `load_history` and `history` read.
             headers: Extra headers for the WebSocket handshake and the HTTP requests.
             load_history: Seed `messages` from `get-messages` once connected, as
                 `useAgentChat` does. Without it, the first `send` on an existing chat would
@@ -314,10 +463,11 @@ class ChatClient:
             An awaitable that is also an async context manager.
 
         Raises:
-            ClientError: `connect_failed` if the socket cannot be opened; `http_error` if the
-                history cannot be loaded.
+            ClientError: `connect_failed` if the socket cannot be opened; `unknown_branch` if
+                the conversation has no branch `branch`; `http_error` if the history cannot be
+                loaded.
         """
-        socket_url(base_url, agent, name, "")  # a bad URL fails here, not when awaited
+        socket_url(base_url, agent, name, "", branch)  # a bad URL fails here, not when awaited
 
         def create() -> ChatClient:
             return cls(
@@ -325,6 +475,7 @@ class ChatClient:
                 agent,
                 name,
                 connection_id=connection_id,
+                branch=branch,
                 headers=headers,
                 on_frame=on_frame,
                 on_reply=on_reply,
@@ -344,12 +495,22 @@ class ChatClient:
             raise
         self._use(ws)
         self._reader = asyncio.create_task(self._read(ws), name=f"durachat-reader-{self.name}")
-        if load_history:
-            try:
+        try:
+            if self._branch != MAIN_BRANCH:
+                wanted = self._branch
+                # Tells whether the branch exists, and its id (what `branch` reports, and what
+                # reconnects name: it survives a rename).
+                listed = await self.branches()
+                if not any(is_branch(record, wanted) for record in listed):
+                    raise ClientError(
+                        "unknown_branch", f"the conversation has no branch {wanted!r}"
+                    )
+            if load_history:
                 await self.history()
-            except BaseException:
-                await self.close()
-                raise
+        except BaseException:
+            await self.close()
+            raise
+        self._ready = True
 
     async def __aenter__(self) -> ChatClient:
         return self
@@ -377,10 +538,21 @@ class ChatClient:
         """The replies that have not ended yet, own and observed, oldest first."""
         return list(self._replies.values())
 
+    @property
+    def branch(self) -> str:
+        """The branch this client views: `"main"` or the branch's id (a string of digits).
+
+        It changes with `switch_branch`, and when the server answers an `edit` or a
+        `regenerate` on a new branch. Until a branch named at connect time is looked up, it is
+        that name.
+        """
+        return self._branch
+
     # Operations
 
     async def history(self) -> list[UIMessage]:
-        """Fetch the persisted transcript over HTTP and make it the local transcript.
+        """Fetch the persisted transcript of the viewed branch over HTTP and make it the local
+        transcript.
 
         Replies still streaming stay in the local transcript. If a transcript broadcast arrived
         while the request was in flight, the broadcast is newer and is kept.
@@ -389,11 +561,15 @@ class ChatClient:
             The transcript the server returned.
 
         Raises:
-            ClientError: `http_error` if the request fails.
+            ClientError: `http_error` if the request fails; `unknown_branch` if the branch is
+                gone.
         """
         version = self._transcript_version
-        messages = await fetch_history(self.base_url, self.agent, self.name, http=self._http)
-        if version == self._transcript_version:
+        branch = self._branch
+        messages = await fetch_history(
+            self.base_url, self.agent, self.name, branch=branch, http=self._http
+        )
+        if version == self._transcript_version and branch == self._branch:
             self._set_transcript(messages)
         return messages
 
@@ -425,7 +601,9 @@ class ChatClient:
         """Ask for a new answer to the last user message.
 
         The local transcript is cut after the last user message (dropping the assistant answer)
-        and sent with the trigger `regenerate-message`.
+        and sent with the trigger `regenerate-message`. A server with branches answers it on a
+        new branch forked at that user message, and moves this client there (`branch`); the
+        old answer stays on the branch the client left.
 
         Args:
             body: Extra fields for the request body.
@@ -457,6 +635,38 @@ class ChatClient:
             user_id if isinstance(user_id, str) else None,
             body,
             stale_ids=dropped,
+            may_fork=True,
+        )
+
+    async def edit(
+        self, message_id: str, text: str, *, body: Mapping[str, Any] | None = None
+    ) -> Reply:
+        """Edit a user message and answer it again, like the AI SDK's
+        `sendMessage({text, messageId})`.
+
+        The local transcript becomes the messages before it and the edited message (same id,
+        `text` as its only part), and is sent with the trigger `submit-message`. A server with
+        branches answers it on a new branch forked at the message's parent (at the root for
+        the first message) and moves this client there (`branch`); the original message and
+        what followed it stay on the branch the client left.
+
+        Args:
+            message_id: The id of the user message to edit.
+            text: Its new text.
+            body: Extra fields for the request body.
+
+        Returns:
+            The reply to the edited message, streaming.
+
+        Raises:
+            ClientError: `unknown_message` if `messages` has no such message;
+                `not_a_user_message` if it is not a user message; `closed` if the client is
+                closed.
+        """
+        transcript, dropped = edit_transcript(self.messages, message_id, text)
+        self._set_messages(transcript)
+        return await self._request(
+            "submit-message", message_id, body, stale_ids=dropped, may_fork=True
         )
 
     async def cancel(self, request_id: str | None = None) -> str | None:
@@ -488,6 +698,72 @@ class ChatClient:
         self._last_op = None
         await self._send({"type": MessageType.CHAT_CLEAR.value})
         self._clear_transcript()
+
+    # Branches
+
+    async def branches(self, *, timeout: float = _BRANCH_WAIT) -> list[JSONDict]:
+        """List the conversation's branches (`durachat_branches`).
+
+        Also updates `branch` from the server's `viewing`.
+
+        Args:
+            timeout: How long to wait for the answer, in seconds.
+
+        Returns:
+            The branches, oldest first (`main` first), as `{"id", "name", "leaf_message_id",
+            "parent_branch_id", "fork_message_id", "created_at", "updated_at"}`; `[]` for a
+            conversation that has no message yet.
+
+        Raises:
+            ClientError: the server's error (`database_unavailable`); `timeout`;
+                `disconnected` if the socket dropped while waiting; `closed`.
+        """
+        answer = await self._branch_request({"type": MessageType.BRANCHES.value}, "list", timeout)
+        listed = answer.get("branches")
+        return [b for b in listed if isinstance(b, dict)] if isinstance(listed, list) else []
+
+    async def switch_branch(self, branch: BranchRef, *, timeout: float = _BRANCH_WAIT) -> None:
+        """View another branch (`durachat_branch_switch`).
+
+        Returns once the server switched and sent the branch's transcript, which is then
+        `messages`. A reply streaming on that branch is offered for resume, as on connect
+        (`on_reply`, `resume`). Replies still running on the branch left end at once with the
+        error `left_branch` (they go on on the server).
+
+        Args:
+            branch: The branch's id or name (`main` for main).
+            timeout: How long to wait for the server, in seconds.
+
+        Raises:
+            ClientError: `unknown_branch` if the conversation has no such branch (the client
+                keeps viewing its branch); `timeout`; `disconnected`; `closed`.
+        """
+        ref = branch_query(branch) or MAIN_BRANCH
+        await self._branch_request(
+            {"type": MessageType.BRANCH_SWITCH.value, "branch": ref}, "switch", timeout
+        )
+
+    async def _branch_request(
+        self, frame: JSONDict, kind: Literal["list", "switch"], timeout: float
+    ) -> JSONDict:
+        async with self._branch_lock:
+            op = _BranchOp(kind)
+            self._branch_op = op
+            self._last_op = op
+            try:
+                await self._send(frame)
+                try:
+                    async with asyncio.timeout(timeout):
+                        return await op.answer
+                except TimeoutError:
+                    raise ClientError(
+                        "timeout", f"the server did not answer {frame['type']} in {timeout}s"
+                    ) from None
+            finally:
+                if self._branch_op is op:
+                    self._branch_op = None
+                if self._last_op is op:
+                    self._last_op = None
 
     # Tools
 
@@ -810,6 +1086,7 @@ class ChatClient:
         body: Mapping[str, Any] | None,
         *,
         stale_ids: frozenset[str] = frozenset(),
+        may_fork: bool = False,
     ) -> Reply:
         request_id = new_request_id()
         payload = {"messages": self.messages, "trigger": trigger, **(body or {})}
@@ -819,8 +1096,13 @@ class ChatClient:
             "type": MessageType.USE_CHAT_REQUEST.value,
         }
         reply = Reply(
-            request_id, observed=False, user_message_id=user_message_id, canceller=self.cancel
+            request_id,
+            observed=False,
+            user_message_id=user_message_id,
+            canceller=self.cancel,
+            branch=self._branch,
         )
+        reply._may_fork = may_fork
         reply._request_frame = frame
         reply._stale_ids = stale_ids
         # Registered before sending: the first chunk may arrive before `send` returns.
@@ -878,7 +1160,7 @@ class ChatClient:
     # The socket
 
     async def _open_socket(self) -> ClientConnection:
-        url = socket_url(self.base_url, self.agent, self.name, self.connection_id)
+        url = socket_url(self.base_url, self.agent, self.name, self.connection_id, self._branch)
         try:
             return await ws_connect(
                 url,
@@ -924,6 +1206,8 @@ class ChatClient:
                 probe.answers.put_nowait(
                     _ProbeAnswer("error", error=ClientError("disconnected", "the socket dropped"))
                 )
+            if self._branch_op is not None:
+                self._branch_op.fail(ClientError("disconnected", "the socket dropped"))
             code = ws.close_code
             if code is not None and (code == 1008 or 4000 <= code <= 4999):
                 self._shutdown(ClientError("closed", f"the server closed the connection ({code})"))
@@ -1000,6 +1284,8 @@ class ChatClient:
             self._retire(reply)
         for probe in self._probes.values():
             probe.answers.put_nowait(_ProbeAnswer("error", error=error))
+        if self._branch_op is not None:
+            self._branch_op.fail(error)
 
     # Receiving
 
@@ -1029,6 +1315,10 @@ class ChatClient:
             messages = frame.get("messages")
             if isinstance(messages, list):
                 self._set_transcript([m for m in messages if isinstance(m, dict)])
+            op = self._branch_op
+            if op is not None and op.switched:
+                # The transcript that follows `durachat_branch_switched`: the switch is done.
+                op.resolve(frame)
         elif kind == MessageType.CHAT_CLEAR:
             self._clear_transcript()
         elif kind == MessageType.MESSAGE_UPDATED:
@@ -1043,6 +1333,14 @@ class ChatClient:
                 probe.answers.put_nowait(_ProbeAnswer("pending"))
         elif kind == MessageType.ERROR:
             self._on_error(frame)
+        elif kind == MessageType.BRANCH_SWITCHED:
+            self._on_switched(frame)
+        elif kind == MessageType.BRANCHES:
+            viewing = frame.get("viewing")
+            if isinstance(viewing, (str, int)) and not isinstance(viewing, bool):
+                self._known_as(str(viewing))
+            if self._branch_op is not None and self._branch_op.kind == "list":
+                self._branch_op.resolve(frame)
 
     async def _on_response(self, ws: ClientConnection, frame: JSONDict) -> None:
         request_id = frame.get("id")
@@ -1075,7 +1373,7 @@ class ChatClient:
             self._retire(reply)
 
     def _observe(self, request_id: str) -> Reply:
-        reply = Reply(request_id, observed=True, canceller=self.cancel)
+        reply = Reply(request_id, observed=True, canceller=self.cancel, branch=self._branch)
         self._replies[request_id] = reply
         if self._on_reply is not None:
             try:
@@ -1139,7 +1437,17 @@ class ChatClient:
         self.errors.append(error)
         # The frame names no request: it belongs to the last operation still waiting, if any.
         op, self._last_op = self._last_op, None
-        if isinstance(op, _Probe):
+        if error.code == "unknown_branch" and not (
+            isinstance(op, _BranchOp) and op.kind == "switch"
+        ):
+            # The socket's URL named a branch the conversation does not have (any more): the
+            # connection views main.
+            self._last_op = op
+            self._lost_view()
+            return
+        if isinstance(op, _BranchOp):
+            op.fail(error)
+        elif isinstance(op, _Probe):
             op.answers.put_nowait(_ProbeAnswer("error", error=error))
         elif isinstance(op, Reply):
             if not op.done and not op._received:
@@ -1147,6 +1455,77 @@ class ChatClient:
                 self._retire(op)
             elif op.outcome == "error" and not op.chunks:
                 op.error = error
+
+    def _on_switched(self, frame: JSONDict) -> None:
+        """`durachat_branch_switched`: the connection views another branch from now on."""
+        branch = frame.get("branch")
+        if not isinstance(branch, (str, int)) or isinstance(branch, bool):
+            return
+        new = str(branch)
+        reason = frame.get("reason")
+        log.debug("chat %s: now on branch %s (%s)", self.name, new, reason)
+        moved = None
+        if reason in _FORK_REASONS:
+            # The server forked one of our requests: its reply streams on the new branch.
+            # It is sent before anything of the reply, so the reply has received nothing yet.
+            fresh = [
+                r
+                for r in self._replies.values()
+                if not r.observed and not r._received and r.branch == self._branch
+            ]
+            moved = next((r for r in fresh if r._may_fork), fresh[0] if fresh else None)
+            if moved is not None:
+                moved.branch = new
+        self._view(new)
+        op = self._branch_op
+        if reason not in _FORK_REASONS and op is not None and op.kind == "switch":
+            # Our switch (`reason: "switch"`; servers before reasons sent none).
+            op.switched = True
+
+    def _known_as(self, branch: str) -> None:
+        """The viewed branch, as the server names it (a branch named at connect time becomes
+        its id), with the replies streaming on it."""
+        if branch == self._branch:
+            return
+        for reply in self._replies.values():
+            if reply.branch == self._branch:
+                reply.branch = branch
+        if self._offered is not None and self._offered.branch == self._branch:
+            self._offered.branch = branch
+        self._branch = branch
+
+    def _lost_view(self) -> None:
+        """The server does not know the branch the socket's URL named: it views main."""
+        if self._branch == MAIN_BRANCH:
+            return
+        log.info("chat %s: no branch %s (any more); viewing main", self.name, self._branch)
+        self._view(MAIN_BRANCH)
+        if self._ready and not self._closing:
+            self._spawn(self._reload())
+
+    def _view(self, branch: str) -> None:
+        """View `branch` from now on. Replies running elsewhere end: their frames no longer
+        reach this connection."""
+        self._branch = branch
+        # A transcript read in flight is of the branch left.
+        self._transcript_version += 1
+        for reply in list(self._replies.values()):
+            if reply.branch != branch:
+                reply._detached = True
+                reply._finish(
+                    "error",
+                    ClientError(
+                        "left_branch",
+                        f"the client left branch {reply.branch}; the reply goes on there",
+                    ),
+                )
+                self._retire(reply)
+        if self._offered is not None and self._offered.branch != branch:
+            self._offered = None
+
+    async def _reload(self) -> None:
+        with contextlib.suppress(ClientError):
+            await self.history()
 
     def _on_message_updated(self, frame: JSONDict) -> None:
         """Replace the message with the same id, else the one with the same tool calls
@@ -1171,7 +1550,9 @@ class ChatClient:
         """End a reply whose stream the server no longer had after a reconnect."""
         version = self._transcript_version
         try:
-            messages = await fetch_history(self.base_url, self.agent, self.name, http=self._http)
+            messages = await fetch_history(
+                self.base_url, self.agent, self.name, branch=reply.branch, http=self._http
+            )
         except ClientError as exc:
             reply._finish("error", ClientError("lost", f"the reply was lost: {exc.message}"))
             self._retire(reply)
@@ -1196,7 +1577,7 @@ class ChatClient:
             )
         self._retire(reply)
         # Retired first, so the stored transcript wins over the reply's partial message.
-        if version == self._transcript_version:
+        if version == self._transcript_version and reply.branch == self._branch:
             self._set_transcript(messages)
 
     async def _await_turn(self, reply: Reply) -> None:

@@ -3,6 +3,7 @@
 durachat chat "hello"            send one message, print the reply, exit
 durachat chat                    interactive prompt (/help lists the commands)
 durachat history                 print the transcript
+durachat chat --branch 57        the same on a branch (its id or name; main by default)
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
 from typing import Any, TextIO, TypeVar
 
-from durachat.client.chat import ChatClient, fetch_history
+from durachat.client.chat import MAIN_BRANCH, ChatClient, branch_query, fetch_history, is_branch
 from durachat.client.errors import ClientError
 from durachat.client.reply import Outcome, Reply, message_text
-from durachat.types import UIMessage
+from durachat.types import JSONDict, UIMessage
 
 T = TypeVar("T")
 
@@ -31,14 +32,18 @@ EXAMPLES = """\
 examples:
   durachat chat "hello"     send one message, print the reply, exit
   durachat chat             chat interactively (/help lists the commands)
-  durachat history          print the conversation"""
+  durachat history          print the conversation
+  durachat history --branch 57   print a branch of it (by id or name)"""
 
 HELP = """\
 commands:
-  /history     show the conversation
-  /regenerate  answer the last message again
-  /clear       delete the conversation (for everyone)
-  /quit        leave (Ctrl-D works too)
+  /history         show the conversation (the branch you view)
+  /regenerate      answer the last message again (on a new branch)
+  /edit TEXT       replace your last message with TEXT and answer it (on a new branch)
+  /branches        list the branches (* marks the one you view)
+  /switch BRANCH   view another branch (its id or name; main for main)
+  /clear           delete the conversation (for everyone; on a branch, empty that branch)
+  /quit            leave (Ctrl-D works too)
 Ctrl-C stops a reply that is still coming.
 A tool call that needs your approval is asked about (y/n) when the reply ends."""
 
@@ -102,6 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--name", default="default", help="conversation name (default: %(default)s)"
     )
+    common.add_argument(
+        "--branch", default=None, help="branch to view, by id or name (default: main)"
+    )
     parser = argparse.ArgumentParser(
         prog="durachat",
         description="Chat with a durachat server.",
@@ -126,15 +134,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _history(args: argparse.Namespace) -> int:
-    messages = asyncio.run(fetch_history(args.url, args.agent, args.name))
+    messages = asyncio.run(fetch_history(args.url, args.agent, args.name, branch=args.branch))
     if not messages:
-        _err(f"(no messages in {args.agent}/{args.name})")
+        on = "" if branch_query(args.branch) is None else f" on branch {args.branch}"
+        _err(f"(no messages in {args.agent}/{args.name}{on})")
     _print_transcript(messages, sys.stdout)
     return 0
 
 
 async def _connect(args: argparse.Namespace) -> ChatClient:
-    return await ChatClient.connect(args.url, args.agent, args.name)
+    return await ChatClient.connect(args.url, args.agent, args.name, branch=args.branch)
 
 
 def _one_shot(args: argparse.Namespace) -> int:
@@ -158,7 +167,10 @@ def _interactive(args: argparse.Namespace) -> int:
         try:
             if sys.stdin.isatty():
                 earlier = len(client.messages)
-                _err(f"{args.agent}/{args.name} at {args.url}. /help for commands, Ctrl-D quits.")
+                on = "" if client.branch == MAIN_BRANCH else f" (branch {client.branch})"
+                _err(
+                    f"{args.agent}/{args.name}{on} at {args.url}. /help for commands, Ctrl-D quits."
+                )
                 if earlier:
                     _err(f"({earlier} earlier messages; /history shows them)")
             return _prompt_loop(loop, client)
@@ -189,23 +201,77 @@ def _prompt_loop(loop: _Loop, client: ChatClient) -> int:
 
 
 def _run_line(loop: _Loop, client: ChatClient, line: str) -> None:
+    viewed = client.branch
+    try:
+        _run_command(loop, client, line)
+    finally:
+        if client.branch != viewed:
+            _note_branch(loop, client)
+
+
+def _run_command(loop: _Loop, client: ChatClient, line: str) -> None:
     if not line:
         return
     if not line.startswith("/"):
         _follow_turn(loop, client, loop.run(client.send(line)))
         return
-    command = line.split(maxsplit=1)[0].lower()
+    command, _, argument = line.partition(" ")
+    command, argument = command.lower(), argument.strip()
     if command == "/help":
         _err(HELP)
     elif command == "/history":
         _print_transcript(loop.run(client.history()), sys.stdout)
     elif command == "/clear":
         loop.run(client.clear())
-        _err("(conversation cleared)")
+        cleared = "conversation" if client.branch == MAIN_BRANCH else f"branch {client.branch}"
+        _err(f"({cleared} cleared)")
     elif command == "/regenerate":
         _follow_turn(loop, client, loop.run(client.regenerate()))
+    elif command == "/edit":
+        last = next((m for m in reversed(client.messages) if m.get("role") == "user"), None)
+        if not argument:
+            _err("usage: /edit TEXT (replaces your last message)")
+        elif last is None or not isinstance(last.get("id"), str):
+            _err("(no message of yours to edit)")
+        else:
+            _follow_turn(loop, client, loop.run(client.edit(str(last["id"]), argument)))
+    elif command == "/branches":
+        listed = loop.run(client.branches())
+        _print_branches(listed, client.branch, sys.stdout)
+        if not listed:
+            _err("(no branches yet: the conversation has no messages)")
+    elif command == "/switch":
+        if not argument:
+            _err("usage: /switch BRANCH (its id or name)")
+        else:
+            before = client.branch
+            loop.run(client.switch_branch(argument))
+            if client.branch == before:
+                _err(f"(already on branch {before})")
     else:
         _err(f"unknown command {command} (/help lists them)")
+
+
+def _note_branch(loop: _Loop, client: ChatClient) -> None:
+    """Tell the user that they view another branch now (its id and name)."""
+    branch = client.branch
+    name = None
+    if branch != MAIN_BRANCH:
+        try:
+            listed = loop.run(client.branches())
+        except ClientError:
+            listed = []
+        name = next((b.get("name") for b in listed if str(b.get("id")) == branch), None)
+    _err(f"(now on branch {branch}: {name})" if name else f"(now on branch {branch})")
+
+
+def _print_branches(branches: list[JSONDict], viewing: str, out: TextIO) -> None:
+    """One line per branch: `*` for the viewed one, its id, name and leaf message."""
+    for branch in branches:
+        mark = "*" if is_branch(branch, viewing) else " "
+        leaf = branch.get("leaf_message_id") or "(empty)"
+        out.write(f"{mark} {branch.get('id')}\t{branch.get('name')}\t{leaf}\n")
+    out.flush()
 
 
 def _follow_turn(loop: _Loop, client: ChatClient, reply: Reply) -> Outcome:

@@ -10,7 +10,10 @@ class ClientError(Exception):
         code: A short machine-readable code: the server's `durachat_error` code (for example
             `invalid_frame`), `stream_error` for an error frame of a reply, or one of the
             client's own: `connect_failed`, `http_error`, `disconnected`, `closed`, `lost`,
-            `nothing_to_regenerate`.
+            `timeout`, `nothing_to_regenerate`, `unknown_message` and `not_a_user_message` (an
+            edit of a message the transcript does not have, or of a message that is not the
+            user's), `left_branch` (a reply still running on a branch the client stopped
+            viewing). Branches: `unknown_branch` (from the server, or from `get-messages`).
         message: A human-readable description.
         status: The HTTP status behind a `connect_failed` or `http_error`, if there was one.
     """

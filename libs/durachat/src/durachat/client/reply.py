@@ -66,6 +66,9 @@ class Reply:
         error: The error the reply ended with, if any.
         replaying: True while the server is replaying stored chunks to this client.
         user_message_id: The id of the user message the reply answers (own replies only).
+        branch: The branch the reply streams on, `"main"` or a branch id: the branch the
+            client viewed when the reply started, or the branch the server forked for it (an
+            edit or a regenerate answered on a new branch).
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class Reply:
         observed: bool,
         user_message_id: str | None = None,
         canceller: Callable[[str], Awaitable[object]] | None = None,
+        branch: str = "main",
     ) -> None:
         """Create a reply (`ChatClient` does).
 
@@ -83,6 +87,7 @@ class Reply:
             observed: Whether another client started the request.
             user_message_id: The id of the user message the reply answers, when known.
             canceller: Sends the cancel frame for a request id.
+            branch: The branch the reply streams on.
         """
         self.request_id = request_id
         self.observed = observed
@@ -91,6 +96,8 @@ class Reply:
         self.replaying = False
         self.user_message_id = user_message_id
         self.continuation = False
+        self.branch = branch
+        self._may_fork = False
         self._follow: asyncio.Future[Reply | None] | None = None
         self._canceller = canceller
         self._chunks: list[UIChunk] = []

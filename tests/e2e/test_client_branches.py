@@ -1,0 +1,399 @@
+"""The Python client and the `durachat` CLI on branches, against a real cluster: viewing a
+branch, following the forks of edits and regenerates, switching, reconnecting."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from durachat.client import ChatClient, ClientError, Reply, fetch_history
+from durachat_infra.local.cluster import LocalCluster
+from support.waiting import eventually
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+AGENT = "chat-agent"
+SLOW_TEXT = "".join(f"s{i:02d} " for i in range(50))
+DURACHAT = Path(sys.executable).parent / "durachat"
+
+Message = dict[str, Any]
+
+
+def texts(messages: list[Message]) -> list[str]:
+    return [str(m["parts"][-1]["text"]) if m["parts"] else "" for m in messages]
+
+
+def ids(messages: list[Message]) -> list[str]:
+    return [str(m["id"]) for m in messages]
+
+
+async def answered(reply: Reply, *, timeout: float = 20.0) -> str:
+    async with asyncio.timeout(timeout):
+        assert await reply.wait() == "completed", reply.error
+        return await reply.text()
+
+
+async def two_turns(client: ChatClient) -> list[Message]:
+    """`one`, then `two`, on the client's branch; returns the stored transcript (which is
+    now the client's too)."""
+    assert await answered(await client.send("one")) == "echo: one"
+    assert await answered(await client.send("two")) == "echo: two"
+    return list(await client.history())
+
+
+async def create_branch(base_url: str, conversation: str, name: str, at: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=base_url, timeout=20) as http:
+        created = await http.post(
+            f"/agents/{AGENT}/{conversation}/branches", json={"name": name, "at": at}
+        )
+    assert created.status_code == 201, created.text
+    return dict(created.json())
+
+
+async def test_connect_to_a_branch_by_name_and_by_id(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    url = cluster.urls[0]
+    async with ChatClient.connect(url, AGENT, conversation) as client:
+        main = await two_turns(client)
+    alt = await create_branch(url, conversation, "alt idea", at=main[1]["id"])
+
+    async with ChatClient.connect(
+        cluster.urls[1], AGENT, conversation, branch="alt idea"
+    ) as on_alt:
+        # The name is looked up: the client reports (and reconnects with) the id.
+        assert on_alt.branch == str(alt["id"])
+        assert on_alt.messages == main[:2]
+        assert await answered(await on_alt.send("three")) == "echo: three"
+        assert texts(on_alt.messages) == ["one", "echo: one", "three", "echo: three"]
+        assert await on_alt.history() == on_alt.messages
+    alt_path = await fetch_history(url, AGENT, conversation, branch="alt idea")
+    assert alt_path == await fetch_history(url, AGENT, conversation, branch=alt["id"])
+    assert ids(alt_path) == ids(on_alt.messages)
+    assert await fetch_history(url, AGENT, conversation) == main
+
+    async with ChatClient.connect(url, AGENT, conversation, branch=alt["id"]) as by_id:
+        assert by_id.branch == str(alt["id"])
+        assert by_id.messages == alt_path
+        assert await answered(await by_id.send("four")) == "echo: four"
+    assert texts(await fetch_history(url, AGENT, conversation, branch=alt["id"]))[-2:] == [
+        "four",
+        "echo: four",
+    ]
+    assert await fetch_history(url, AGENT, conversation) == main
+
+    # main by name is main.
+    async with ChatClient.connect(url, AGENT, conversation, branch="main") as on_main:
+        assert on_main.branch == "main" and on_main.messages == main
+    with pytest.raises(ClientError) as unknown:
+        await ChatClient.connect(url, AGENT, conversation, branch="nope")
+    assert unknown.value.code == "unknown_branch"
+    with pytest.raises(ClientError) as unread:
+        await fetch_history(url, AGENT, conversation, branch="nope")
+    assert unread.value.code == "unknown_branch"
+
+
+async def test_regenerate_forks_and_switching_back_restores_main(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    url = cluster.urls[0]
+    async with ChatClient.connect(url, AGENT, conversation) as client:
+        main = await two_turns(client)
+        again = await client.regenerate()
+        assert await answered(again) == "echo: two"
+        fork = client.branch
+        assert fork != "main" and again.branch == fork
+        assert ids(client.messages[:3]) == ids(main[:3])
+        assert client.messages[3]["id"] == again.message_id != main[3]["id"]
+        assert await fetch_history(url, AGENT, conversation) == main
+        assert ids(await fetch_history(url, AGENT, conversation, branch=fork)) == ids(
+            client.messages
+        )
+        assert ids(await client.history()) == ids(client.messages)
+
+        listed = await client.branches()
+        assert listed[0]["name"] == "main"
+        [record] = [b for b in listed if str(b["id"]) == fork]
+        assert record["name"].startswith("regenerate-")
+        assert record["fork_message_id"] == main[2]["id"]
+        assert record["parent_branch_id"] == listed[0]["id"]
+        assert record["leaf_message_id"] == again.message_id
+
+        await client.switch_branch("main")
+        assert client.branch == "main"
+        assert client.messages == main
+        with pytest.raises(ClientError) as raised:
+            await client.switch_branch("nope")
+        assert raised.value.code == "unknown_branch"
+        assert client.branch == "main" and client.messages == main
+        # Back to the fork by its name.
+        await client.switch_branch(record["name"])
+        assert client.branch == fork
+        assert ids(client.messages) == ids(
+            await fetch_history(url, AGENT, conversation, branch=fork)
+        )
+
+
+async def test_edit_forks_at_the_parent_and_keeps_the_original(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    url = cluster.urls[0]
+    async with ChatClient.connect(url, AGENT, conversation) as client:
+        main = await two_turns(client)
+        reply = await client.edit(main[2]["id"], "two, edited")
+        assert await answered(reply) == "echo: two, edited"
+        fork = client.branch
+        assert fork != "main" and reply.branch == fork
+        assert ids(client.messages) == [*ids(main[:3]), str(reply.message_id)]
+        assert texts(client.messages) == ["one", "echo: one", "two, edited", "echo: two, edited"]
+        on_fork = await fetch_history(url, AGENT, conversation, branch=fork)
+        assert ids(on_fork) == ids(client.messages) and texts(on_fork) == texts(client.messages)
+        # The original is intact on main, and the fork is listed.
+        assert await fetch_history(url, AGENT, conversation) == main
+        listed = await client.branches()
+        assert [str(b["id"]) for b in listed] == [str(listed[0]["id"]), fork]
+        assert listed[1]["name"].startswith("edit-")
+        assert listed[1]["fork_message_id"] == main[1]["id"]
+        assert listed[0]["leaf_message_id"] == main[3]["id"]
+
+        # The client chats on the fork from now on.
+        assert await answered(await client.send("three")) == "echo: three"
+        assert texts(await fetch_history(url, AGENT, conversation, branch=fork))[-2:] == [
+            "three",
+            "echo: three",
+        ]
+        assert await fetch_history(url, AGENT, conversation) == main
+
+        with pytest.raises(ClientError) as unknown:
+            await client.edit("nope", "x")
+        assert unknown.value.code == "unknown_message"
+        with pytest.raises(ClientError) as not_user:
+            await client.edit(main[1]["id"], "x")
+        assert not_user.value.code == "not_a_user_message"
+
+
+async def test_editing_the_first_message_forks_at_the_root(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    url = cluster.urls[0]
+    async with ChatClient.connect(url, AGENT, conversation) as client:
+        main = await two_turns(client)
+        reply = await client.edit(main[0]["id"], "uno")
+        assert await answered(reply) == "echo: uno"
+        fork = client.branch
+        assert fork != "main"
+        assert texts(client.messages) == ["uno", "echo: uno"]
+        assert ids(client.messages) == [main[0]["id"], str(reply.message_id)]
+        on_fork = await fetch_history(url, AGENT, conversation, branch=fork)
+        assert ids(on_fork) == ids(client.messages) and texts(on_fork) == ["uno", "echo: uno"]
+        [record] = [b for b in await client.branches() if str(b["id"]) == fork]
+        assert record["fork_message_id"] is None
+        assert await fetch_history(url, AGENT, conversation) == main
+
+
+async def test_an_edit_while_a_reply_streams_cancels_it_first(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    url = cluster.urls[0]
+    async with ChatClient.connect(url, AGENT, conversation) as client:
+        running = await client.send("slow")
+        question = client.messages[0]
+        async with asyncio.timeout(20):
+            async for chunk in running:
+                if chunk.get("type") == "text-delta":
+                    break
+        reply = await client.edit(question["id"], "fast instead")
+        assert await answered(reply) == "echo: fast instead"
+        async with asyncio.timeout(5):
+            assert await running.wait() == "aborted"
+        assert running.branch == "main" and reply.branch == client.branch != "main"
+        assert texts(client.messages) == ["fast instead", "echo: fast instead"]
+
+        async def partial_on_main() -> list[Message] | None:
+            history = await fetch_history(url, AGENT, conversation)
+            return history if len(history) == 2 else None
+
+        main = await eventually(partial_on_main, timeout=10)
+        partial = main[1]["parts"][-1]["text"]
+        assert main[0] == question and partial and SLOW_TEXT.startswith(partial)
+        assert partial != SLOW_TEXT
+
+
+async def test_a_reconnect_comes_back_to_the_viewed_branch(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    url = cluster.urls[0]
+    async with ChatClient.connect(url, AGENT, conversation) as client:
+        main = await two_turns(client)
+        assert await answered(await client.regenerate()) == "echo: two"
+        fork = client.branch
+        socket = client.websocket
+        assert socket is not None
+        reply = await client.send("slow on the fork")
+        chunks: list[dict[str, Any]] = []
+        async with asyncio.timeout(40):
+            async for chunk in reply:
+                chunks.append(chunk)
+                if sum(c.get("type") == "text-delta" for c in chunks) == 5:
+                    # A network failure: no closing handshake.
+                    socket.transport.abort()
+        # The reply was resumed on a new socket viewing the fork (a socket on main would not
+        # have been offered it).
+        assert reply.outcome == "completed", reply.error
+        assert await reply.text() == SLOW_TEXT
+        assert client.websocket is not None and client.websocket is not socket
+        assert client.branch == fork and reply.branch == fork
+        assert ids(await fetch_history(url, AGENT, conversation, branch=fork)) == ids(
+            client.messages
+        )
+        # Chatting after the reconnect goes on on the fork.
+        assert await answered(await client.send("after")) == "echo: after"
+        on_fork = await fetch_history(url, AGENT, conversation, branch=fork)
+        assert texts(on_fork)[-2:] == ["after", "echo: after"]
+        assert await fetch_history(url, AGENT, conversation) == main
+
+
+async def test_two_clients_on_two_branches_see_only_their_own(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    url = cluster.urls[0]
+    async with ChatClient.connect(url, AGENT, conversation) as seed:
+        main = await two_turns(seed)
+    alt = await create_branch(url, conversation, "alt", at=main[1]["id"])
+    seen_on_main: list[Reply] = []
+    seen_on_alt: list[Reply] = []
+    async with (
+        ChatClient.connect(url, AGENT, conversation, on_reply=seen_on_main.append) as on_main,
+        ChatClient.connect(
+            cluster.urls[1], AGENT, conversation, branch="alt", on_reply=seen_on_alt.append
+        ) as on_alt,
+        ChatClient.connect(cluster.urls[1], AGENT, conversation) as watcher,
+    ):
+        assert on_alt.branch == str(alt["id"])
+        replies = await asyncio.gather(on_main.send("for main"), on_alt.send("for alt"))
+        assert [await answered(r) for r in replies] == ["echo: for main", "echo: for alt"]
+        assert texts(on_main.messages) == [*texts(main), "for main", "echo: for main"]
+        assert texts(on_alt.messages) == ["one", "echo: one", "for alt", "echo: for alt"]
+        # Neither saw the other's reply, and the tab watching main saw only main's.
+        assert seen_on_main == [] and seen_on_alt == []
+
+        async def watcher_caught_up() -> bool:
+            return ids(watcher.messages) == ids(on_main.messages)
+
+        await eventually(watcher_caught_up, timeout=10)
+        assert "for alt" not in texts(watcher.messages)
+        assert ids(await fetch_history(url, AGENT, conversation)) == ids(on_main.messages)
+        assert ids(await fetch_history(url, AGENT, conversation, branch="alt")) == ids(
+            on_alt.messages
+        )
+
+
+async def test_switching_to_a_branch_mid_stream_offers_its_reply(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    url = cluster.urls[0]
+    async with ChatClient.connect(url, AGENT, conversation) as seed:
+        main = await two_turns(seed)
+    await create_branch(url, conversation, "alt", at=main[1]["id"])
+    offered: asyncio.Queue[Reply] = asyncio.Queue()
+    async with (
+        ChatClient.connect(url, AGENT, conversation, branch="alt") as on_alt,
+        ChatClient.connect(
+            cluster.urls[1], AGENT, conversation, on_reply=offered.put_nowait
+        ) as tab,
+    ):
+        running = await on_alt.send("slow on alt")
+        async with asyncio.timeout(20):
+            async for chunk in running:
+                if chunk.get("type") == "text-delta":
+                    break
+        await tab.switch_branch("alt")
+        assert tab.branch == on_alt.branch
+        # The branch's stored transcript (the user message of the running reply may not be
+        # stored yet: the database catches up behind a turn).
+        assert ids(tab.messages[:2]) == ids(main[:2])
+        async with asyncio.timeout(10):
+            resumed = await offered.get()
+        assert resumed.request_id == running.request_id and resumed.branch == tab.branch
+        assert await answered(resumed, timeout=30) == SLOW_TEXT
+        assert await answered(running, timeout=30) == SLOW_TEXT
+        assert texts(tab.messages)[-1] == SLOW_TEXT
+        # Once it ended, the branch's transcript went to its viewers.
+        stored = await fetch_history(url, AGENT, conversation, branch="alt")
+        assert ids(tab.messages) == ids(on_alt.messages) == ids(stored)
+        assert texts(stored) == ["one", "echo: one", "slow on alt", SLOW_TEXT]
+
+
+async def run_cli(
+    *args: str, stdin: str | None = None, timeout: float = 30.0
+) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        str(DURACHAT),
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            out, err = await process.communicate(stdin.encode() if stdin is not None else None)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_cli_branches(cluster: LocalCluster, conversation: str) -> None:
+    url = cluster.urls[0]
+    chat = ("chat", "--url", url, "--name", conversation)
+    code, out, err = await run_cli(
+        *chat, stdin="hello\n/edit hi again\n/branches\n/history\n/switch main\n/history\n"
+    )
+    assert code == 0, err
+    prompts = out.split("you> ")
+    assert prompts[1:3] == ["echo: hello\n", "echo: hi again\n"]
+    listed = prompts[3].splitlines()
+    assert len(listed) == 2, out
+    main_line = re.fullmatch(r"  (\d+)\tmain\t(assistant_\S+)", listed[0])
+    fork_line = re.fullmatch(r"\* (\d+)\t(edit-[0-9a-f]{8})\t(assistant_\S+)", listed[1])
+    assert main_line is not None and fork_line is not None, listed
+    fork_id, fork_name = fork_line[1], fork_line[2]
+    assert prompts[4] == "you: hi again\nassistant: echo: hi again\n"
+    assert prompts[5] == ""
+    assert prompts[6] == "you: hello\nassistant: echo: hello\n"
+    assert err.splitlines() == [f"(now on branch {fork_id}: {fork_name})", "(now on branch main)"]
+
+    code, out, err = await run_cli(
+        "history", "--url", url, "--name", conversation, "--branch", fork_name
+    )
+    assert (code, out, err) == (0, "you: hi again\nassistant: echo: hi again\n", "")
+    code, out, err = await run_cli(*chat, "--branch", fork_id, "again")
+    assert (code, out, err) == (0, "echo: again\n", "")
+    code, out, _ = await run_cli(
+        "history", "--url", url, "--name", conversation, "--branch", fork_id
+    )
+    assert out.splitlines()[-2:] == ["you: again", "assistant: echo: again"]
+    code, out, _ = await run_cli("history", "--url", url, "--name", conversation)
+    assert out == "you: hello\nassistant: echo: hello\n"
+
+    code, out, err = await run_cli(*chat, "--branch", "nope", "hi")
+    assert code == 1 and out == ""
+    assert err == "error: the conversation has no branch 'nope'\n"
+    code, out, err = await run_cli(
+        "history", "--url", url, "--name", conversation, "--branch", "nope"
+    )
+    assert code == 1 and out == "" and "no branch 'nope'" in err and "Traceback" not in err
+    code, out, err = await run_cli(*chat, stdin="/switch nope\n/switch\n")
+    assert code == 0
+    assert err.splitlines() == [
+        "error: the conversation has no branch 'nope'",
+        "usage: /switch BRANCH (its id or name)",
+    ]
