@@ -4,7 +4,6 @@ is deleted or overwritten. Raw WebSocket frames, as the Cloudflare client sends 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -18,12 +17,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 AGENT = "chat-agent"
 SLOW_TEXT = "".join(f"s{i:02d} " for i in range(50))
-
-
-@pytest.fixture
-async def http(cluster: LocalCluster) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=cluster.urls[0], timeout=20) as client:
-        yield client
 
 
 async def two_turns(ws: WsClient, base_url: str, conversation: str) -> list[dict[str, Any]]:

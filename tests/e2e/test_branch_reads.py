@@ -3,7 +3,6 @@ siblings of a message, their errors and their OpenAPI description."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +19,6 @@ from support.wsclient import WsClient, chat_request, user_message
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 AGENT = "chat-agent"
-
-
-@pytest.fixture
-async def http(cluster: LocalCluster) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=cluster.urls[0], timeout=10) as client:
-        yield client
 
 
 async def regenerated(cluster: LocalCluster, conversation: str) -> tuple[str, str, str]:

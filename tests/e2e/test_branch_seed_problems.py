@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +31,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 AGENT = "chat-agent"
 SLOW_TEXT = "".join(f"s{i:02d} " for i in range(50))
-
-
-@pytest.fixture
-async def http(cluster: LocalCluster) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=cluster.urls[0], timeout=20) as client:
-        yield client
 
 
 def ids(messages: list[dict[str, Any]]) -> list[str]:

@@ -3,8 +3,6 @@ chunks and broadcasts of a branch reach only its viewers."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
 import pytest
 
@@ -15,12 +13,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 AGENT = "chat-agent"
 SLOW_TEXT = "".join(f"s{i:02d} " for i in range(50))
-
-
-@pytest.fixture
-async def http(cluster: LocalCluster) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=cluster.urls[0], timeout=20) as client:
-        yield client
 
 
 async def forked(cluster: LocalCluster, http: httpx.AsyncClient, conversation: str) -> list[dict]:

@@ -65,7 +65,8 @@ def test_channel_routing(event_type: str, channel: str) -> None:
 def test_event_types_are_the_reference_names() -> None:
     assert EventType.RECOVERY_EXHAUSTED == "chat:recovery:exhausted"
     assert EventType.TRANSCRIPT_REPAIRED == "chat:transcript:repaired"
-    assert len(observability.EVENT_TYPES) == 16
+    assert EventType.TRANSCRIPT_FORKED == "chat:transcript:forked"
+    assert len(observability.EVENT_TYPES) == 17
     assert {channel_for(t) for t in observability.EVENT_TYPES} == {
         Channel.CHAT,
         Channel.MESSAGE,
