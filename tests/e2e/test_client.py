@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,12 +12,12 @@ import pytest
 from durachat.client import ChatClient, Reply, fetch_history
 from durachat_infra.local.cluster import LocalCluster
 from durachat_infra.local.redis_server import free_port
+from support.cli import run_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 AGENT = "chat-agent"
 SLOW_TEXT = "".join(f"s{i:02d} " for i in range(50))
-DURACHAT = Path(sys.executable).parent / "durachat"
 
 Frame = dict[str, Any]
 
@@ -311,27 +309,6 @@ async def test_a_second_client_observes_the_turn(cluster: LocalCluster, conversa
         assert other.messages == client.messages
         history = await fetch_history(cluster.urls[0], AGENT, conversation)
         assert [m["id"] for m in other.messages] == [m["id"] for m in history]
-
-
-async def run_cli(
-    *args: str, stdin: str | None = None, timeout: float = 30.0
-) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        str(DURACHAT),
-        *args,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        async with asyncio.timeout(timeout):
-            out, err = await process.communicate(stdin.encode() if stdin is not None else None)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def test_cli_one_shot(cluster: LocalCluster, conversation: str) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,13 +12,13 @@ import pytest
 
 from durachat.client import ChatClient, ClientError, Reply, fetch_history
 from durachat_infra.local.cluster import LocalCluster
+from support.cli import run_cli
 from support.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 AGENT = "chat-agent"
 SLOW_TEXT = "".join(f"s{i:02d} " for i in range(50))
-DURACHAT = Path(sys.executable).parent / "durachat"
 
 Message = dict[str, Any]
 
@@ -328,27 +326,6 @@ async def test_switching_to_a_branch_mid_stream_offers_its_reply(
         stored = await fetch_history(url, AGENT, conversation, branch="alt")
         assert ids(tab.messages) == ids(on_alt.messages) == ids(stored)
         assert texts(stored) == ["one", "echo: one", "slow on alt", SLOW_TEXT]
-
-
-async def run_cli(
-    *args: str, stdin: str | None = None, timeout: float = 30.0
-) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        str(DURACHAT),
-        *args,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        async with asyncio.timeout(timeout):
-            out, err = await process.communicate(stdin.encode() if stdin is not None else None)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def test_cli_branches(cluster: LocalCluster, conversation: str) -> None:

@@ -5,21 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from durachat.client import ChatClient, ClientError, Reply, ToolCall, fetch_history
 from durachat_infra.local.cluster import LocalCluster
+from support.cli import run_cli
 from support.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 AGENT = "chat-agent"
-DURACHAT = Path(sys.executable).parent / "durachat"
 LOCATION = {"lat": 48.85, "lon": 2.35}
 PAYMENT = {"amount": 42, "recipient": "bob"}
 
@@ -362,25 +360,6 @@ def tool_parts(reply: Reply) -> list[Frame]:
     message = reply.snapshot()
     assert message is not None
     return [p for p in message["parts"] if p["type"] == "tool-getLocation"]
-
-
-async def run_cli(*args: str, stdin: str, timeout: float = 30.0) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        str(DURACHAT),
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        async with asyncio.timeout(timeout):
-            out, err = await process.communicate(stdin.encode())
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def test_cli_asks_for_approval(cluster: LocalCluster, conversation: str) -> None:
