@@ -137,3 +137,44 @@ async def test_branch_operations_racing_a_streaming_reply(
     assert [m["role"] for m in main] == ["user", "assistant"]
     assert [b["name"] for b in (await http.get(f"{base}/branches")).json()["branches"]] == ["main"]
     await ws.close()
+
+
+async def test_deleting_a_viewed_branch_mid_reply_moves_its_viewers_to_main(
+    cluster: LocalCluster, http: httpx.AsyncClient, conversation: str
+) -> None:
+    u1, a1, _u2, _a2 = await two_turns(cluster, conversation)
+    base = f"/agents/{AGENT}/{conversation}"
+    created = await http.post(f"{base}/branches", json={"name": "doomed", "at": a1})
+    assert created.status_code == 201, created.text
+    on_branch = await WsClient.connect(cluster.urls[0], AGENT, conversation, branch="doomed")
+    on_main = await WsClient.connect(cluster.urls[1], AGENT, conversation)
+    transcript = (await http.get(f"{base}/get-messages", params={"branch": "doomed"})).json()
+    request = chat_request([*transcript, user_message("slow on a doomed branch")])
+    rid = str(request["id"])
+    await on_branch.send(request)
+    await on_branch.wait_for(lambda f: f.get("id") == rid and f.get("seq") == 5, timeout=20)
+
+    deleted = await http.delete(f"{base}/branches/doomed")
+    assert deleted.status_code == 200, deleted.text
+    # The user message and the partial reply were only on that branch.
+    assert deleted.json() == {"deleted_messages": 2}
+    # Its reply ends as a cancel does; then its viewer is moved to main and gets main.
+    assert (await on_branch.wait_done(rid)).get("outcome") == "aborted"
+    moved = await on_branch.wait_for(lambda f: f.get("type") == "durachat_branch_switched")
+    assert (moved["branch"], moved["reason"]) == ("main", "deleted")
+    main = (await http.get(f"{base}/get-messages")).json()
+    after = on_branch.frames.index(moved)
+    synced = await on_branch.wait_for(
+        lambda f: f.get("type") == "cf_agent_chat_messages", after=after
+    )
+    assert synced["messages"] == main
+    assert [b["name"] for b in (await http.get(f"{base}/branches")).json()["branches"]] == ["main"]
+    # It chats on main from now on; the main tab was never moved.
+    follow = chat_request([*main, user_message("back on main")])
+    await on_branch.send(follow)
+    await on_branch.wait_done(str(follow["id"]))
+    assert [m["id"] for m in (await http.get(f"{base}/get-messages")).json()][:2] == [u1, a1]
+    assert on_main.text(str(follow["id"])) == "echo: back on main"
+    assert not on_main.of_type("durachat_branch_switched")
+    await on_branch.close()
+    await on_main.close()

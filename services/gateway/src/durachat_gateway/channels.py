@@ -18,7 +18,6 @@ from typing import overload
 from durachat.protocol import MessageType
 from durachat_gateway.connection import ClientConnection
 from durachat_infra.eventlog import (
-    ALL,
     EVERY_BRANCH,
     MAIN,
     Kind,
@@ -86,10 +85,12 @@ class Channel:
         branch's turns send, and what concerns every branch."""
         for entry in entries:
             branch = branch_of(entry.branch)
-            # Control entries with a target are for connections; the rest only change state.
-            if entry.kind is not Kind.CONTROL or entry.target != ALL:
+            if entry.kind is not Kind.CONTROL:
                 for conn in list(self.connections.values()):
-                    if conn.pending_resume is not None or not _visible(entry, conn):
+                    if not _visible(entry, conn):
+                        continue
+                    # Offered a stream and not ACKed yet: only a move to another branch.
+                    if conn.pending_resume is not None and entry.kind is not Kind.VIEW:
                         continue
                     if conn.replayed is not None and _already_replayed(conn, entry):
                         continue
@@ -113,14 +114,13 @@ class Channel:
             self._progress.set()
 
     def _send(self, conn: ClientConnection, entry: LogEntry) -> None:
-        """Deliver an entry meant for `conn`: its frame, or what its control entry says (`view`
-        moves the connection to another branch: its request was forked there)."""
-        if entry.kind is not Kind.CONTROL:
+        """Deliver an entry meant for `conn`: its frame, or the move a view entry makes (to the
+        branch its request was forked to, or away from a branch that was deleted)."""
+        if entry.kind is not Kind.VIEW:
             conn.send_entry(entry)
             return
-        control = entry.control()
-        if control.get("op") == "view":
-            self.view(conn, str(control["branch"]), reason=str(control.get("reason", "")))
+        view = entry.control()
+        self.view(conn, str(view["branch"]), reason=str(view.get("reason", "")))
 
     def view(self, conn: ClientConnection, branch: str, *, reason: str) -> None:
         """Make `conn` view `branch` from now on, and tell it (`durachat_branch_switched`)."""
@@ -259,7 +259,7 @@ class Channel:
             return False
         last = entry_id_key(entries[-1].id) if entries else entry_id_key(cursor)
         for entry in entries:
-            if (entry.kind is not Kind.CONTROL or entry.target != ALL) and _visible(entry, conn):
+            if entry.kind is not Kind.CONTROL and _visible(entry, conn):
                 self._send(conn, entry)
         self._go_live(conn, None, last)
         return True

@@ -422,7 +422,7 @@ class ConversationActor:
         if request.request_id in self._forked:
             # A retry: its sender goes where the request is answered.
             forked = self._forked[request.request_id]
-            self.emit.view(requester, forked.branch, reason=forked.kind)
+            self.emit.view(forked.branch, reason=forked.kind, connection_id=requester)
             await self._pass_on(forked.branch, requester, frame)
             return
         inflight = self._inflight if self._active is not None else None
@@ -521,7 +521,7 @@ class ConversationActor:
         if len(self._forked) > RECENT_REQUESTS:
             del self._forked[next(iter(self._forked))]
         # In the log before anything the new branch sends: the gateway moves the sender first.
-        self.emit.view(requester, branch, reason=fork.kind)
+        self.emit.view(branch, reason=fork.kind, connection_id=requester)
         self._event(
             EventType.TRANSCRIPT_FORKED,
             {"requestId": request.request_id, "branch": record.to_json(), "kind": fork.kind},

@@ -121,7 +121,9 @@ def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) ->
         key = ConversationKey(item.tenant, item.agent, item.name)
         try:
             actor = await conversations.get(key)
-            status, body = await apply_branch_op(actor, item)
+            status, body = await apply_branch_op(
+                actor, item, lambda branch: conversations.stop_branch(key, branch)
+            )
         except ACTIVATION_ERRORS as exc:
             return refusal(exc, shard_id)
         # The outcome of the operation travels in the body: the gateway relays it as is.

@@ -7,12 +7,15 @@ code.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from durachat_infra.eventlog import MAIN
 from durachat_infra.store import (
     BranchExistsError,
+    BranchRef,
     ConversationExistsError,
     ConversationKey,
     MainBranchError,
@@ -42,8 +45,11 @@ def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
     return status, {"code": code, "message": message}
 
 
-async def apply_branch_op(actor: ConversationActor, op: BranchOpIn) -> tuple[int, dict[str, Any]]:
-    """Run one branch write for `actor`'s conversation."""
+async def apply_branch_op(
+    actor: ConversationActor, op: BranchOpIn, stop_branch: Callable[[str], Awaitable[None]]
+) -> tuple[int, dict[str, Any]]:
+    """Run one branch write for `actor`'s conversation (`main`'s actor). `stop_branch` stops
+    the actor of a branch (by id) that is being deleted."""
     ref = parse_branch_ref(op.branch) if op.branch else "main"
     try:
         if op.op == "fork":
@@ -63,8 +69,7 @@ async def apply_branch_op(actor: ConversationActor, op: BranchOpIn) -> tuple[int
             name = op.new_name or ""
             renamed = await actor.run_write(lambda tx: tx.rename_branch(ref, name))
             return 200, renamed.to_json()
-        deleted = await actor.run_write(lambda tx: tx.delete_branch(ref))
-        return 200, {"deleted_messages": deleted}
+        return 200, {"deleted_messages": await _delete(actor, ref, stop_branch)}
     except ValueError as exc:
         return _error(400, "invalid_branch_name", str(exc))
     except UnknownBranchError:
@@ -77,3 +82,24 @@ async def apply_branch_op(actor: ConversationActor, op: BranchOpIn) -> tuple[int
         return _error(409, "main_branch", "the main branch cannot be renamed or deleted")
     except ConversationExistsError:
         return _error(409, "conversation_exists", f"conversation {op.new_name!r} exists already")
+
+
+async def _delete(
+    actor: ConversationActor, ref: BranchRef, stop_branch: Callable[[str], Awaitable[None]]
+) -> int:
+    """Delete a branch: its actor stops first (a reply streaming there ends as cancelled, its
+    partial stored), then the branch goes, and the connections viewing it are moved to `main`
+    and sent main's transcript."""
+    record = await actor.store.get_branch(actor.conversation_id, ref)
+    if record is None:
+        raise UnknownBranchError(actor.conversation_id, ref)
+    if record.name == MAIN:
+        raise MainBranchError(actor.conversation_id, "delete")
+    branch = str(record.id)
+    await stop_branch(branch)
+    deleted = await actor.run_write(lambda tx: tx.delete_branch(record.id))
+    # A frame may have woken it meanwhile; its writes fail from now on.
+    await stop_branch(branch)
+    actor.emit.view(MAIN, reason="deleted", of=branch)
+    actor.emit.messages(actor.transcript.messages)
+    return deleted

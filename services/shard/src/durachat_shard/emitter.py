@@ -256,14 +256,18 @@ class Emitter:
             state=({"status": "done" if streamed else "idle"} if change_state else None),
         )
 
-    def view(self, connection_id: str, branch: str, *, reason: str) -> None:
-        """Move one connection to another branch of the conversation (`main` or a branch id):
-        its request goes on there. Gateways apply it and tell the client
+    def view(
+        self, branch: str, *, reason: str, connection_id: str | None = None, of: str | None = None
+    ) -> None:
+        """Move connections to another branch of the conversation (`main` or a branch id):
+        `connection_id` alone (its request goes on there), or every connection viewing the
+        branch `of` (this emitter's by default). Gateways apply it and tell each client
         (`durachat_branch_switched`)."""
         self._append(
-            Kind.CONTROL,
-            _dumps({"op": "view", "branch": branch, "reason": reason}),
-            target=only(connection_id),
+            Kind.VIEW,
+            _dumps({"branch": branch, "reason": reason}),
+            target=ALL if connection_id is None else only(connection_id),
+            branch=None if of is None else ("" if of == MAIN else of),
         )
 
     def to(self, connection_id: str, frame: dict[str, Any]) -> None:

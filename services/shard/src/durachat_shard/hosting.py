@@ -193,6 +193,11 @@ class Conversations:
             except UnknownBranchError:
                 log.warning("open turns of %s on branch %s, which is gone", key, branch)
 
+    async def stop_branch(self, key: ConversationKey, branch: str) -> None:
+        """Stop the actor of `key` on `branch` (a branch being deleted), if there is one: its
+        running turn ends as aborted, its partial reply stored."""
+        await self._release((key, branch))
+
     def _drop_branches(self, key: ConversationKey) -> None:
         """Release the actors of `key` on branches other than main (main was cleared: every
         other branch is gone)."""

@@ -24,6 +24,9 @@ class Kind(StrEnum):
     """Any other frame (transcript broadcasts, clear, message updates)."""
     CONTROL = "s"
     """A stream-state change; `frame` is its JSON payload, never sent to clients."""
+    VIEW = "v"
+    """Moves the connections it is for (among those viewing its branch) to another branch;
+    `frame` is `{"branch", "reason"}`. Gateways apply it and tell each client."""
 
 
 ALL = "*"
@@ -107,7 +110,7 @@ class LogEntry:
         return change
 
     def control(self) -> dict[str, Any]:
-        """The payload of a control entry."""
+        """The payload of a control or view entry."""
         payload: dict[str, Any] = json.loads(self.frame)
         return payload
 
