@@ -103,3 +103,62 @@ async def test_an_unknown_branch_gets_a_clear_error(
     await ws.wait_done(str(request["id"]))
     assert ws.text(str(request["id"])) == "echo: still here"
     await ws.close()
+
+
+async def test_branch_ops_over_the_socket_answer_as_the_http_api(
+    cluster: LocalCluster, http: httpx.AsyncClient, conversation: str
+) -> None:
+    main = await forked(cluster, http, conversation)
+    ws = await WsClient.connect(cluster.urls[1], AGENT, conversation, branch="alt")
+    base = f"/agents/{AGENT}/{conversation}"
+    answers = 0
+
+    async def op(**fields: str) -> tuple[int, dict]:
+        nonlocal answers
+        answers += 1
+        ask = str(answers)
+        await ws.send({"type": "durachat_branch_op", "id": ask, **fields})
+        answer = await ws.wait_for(
+            lambda f: f.get("type") == "durachat_branch_op" and f.get("id") == ask
+        )
+        assert answer["op"] == fields.get("op")
+        return answer["status"], answer["body"]
+
+    # Siblings on the viewed branch by default, as GET …/siblings?branch=alt answers.
+    over_http = await http.get(
+        f"{base}/messages/{main[1]['id']}/siblings", params={"branch": "alt"}
+    )
+    assert await op(op="siblings", messageId=main[1]["id"]) == (200, over_http.json())
+    assert (await op(op="siblings", messageId="nope"))[1]["code"] == "unknown_message"
+
+    # Create from the viewed branch, rename, then fork it into a conversation of its own.
+    status, created = await op(op="create", name="side", at=main[0]["id"])
+    assert status == 201 and created["name"] == "side"
+    assert created["fork_message_id"] == main[0]["id"]
+    listed = (await http.get(f"{base}/branches")).json()["branches"]
+    alt = next(b for b in listed if b["name"] == "alt")
+    assert created["parent_branch_id"] == alt["id"]
+    assert (await op(op="create", name="side"))[1]["code"] == "branch_exists"
+    status, renamed = await op(op="rename", branch="side", name="side-2")
+    assert (status, renamed["id"], renamed["name"]) == (200, created["id"], "side-2")
+    copy = f"{conversation}-copy"
+    assert await op(op="fork", branch="side-2", name=copy) == (
+        201,
+        {"agent": AGENT, "name": copy},
+    )
+    copied = await get_messages(cluster.urls[0], AGENT, copy)
+    assert [m["id"] for m in copied] == [main[0]["id"]]
+
+    # Delete the branch this very connection views: it is moved to main.
+    assert await op(op="delete", branch="alt") == (200, {"deleted_messages": 0})
+    moved = await ws.wait_for(lambda f: f.get("type") == "durachat_branch_switched")
+    assert (moved["branch"], moved["reason"]) == ("main", "deleted")
+    assert (await op(op="delete", branch="main"))[:1] == (409,)
+
+    # Bad requests get 400 with a stable code; the socket stays usable.
+    for fields in ({"op": "rename", "name": "x"}, {"op": "delete"}, {"op": "explode"}):
+        status, body = await op(**fields)
+        assert (status, body["code"]) == (400, "invalid_request"), fields
+    names = [b["name"] for b in (await http.get(f"{base}/branches")).json()["branches"]]
+    assert names == ["main", "side-2"]
+    await ws.close()

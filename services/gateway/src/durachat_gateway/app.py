@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from starlette.websockets import WebSocketDisconnect
 
 from durachat.protocol import MessageType
-from durachat.types import JSONDict
+from durachat_gateway.branch_frames import BRANCH_FRAMES, branch_frame, resolve_branch
 from durachat_gateway.branch_writes import branch_write_router
 from durachat_gateway.branches_api import (
     BRANCH_QUERY_DESCRIPTION,
@@ -33,11 +33,9 @@ from durachat_infra.eventlog import LogReader
 from durachat_infra.keys import ClusterKeys, conversation_tag
 from durachat_infra.settings import GatewaySettings
 from durachat_infra.store import (
-    MAIN_BRANCH,
     ConversationKey,
     DatabaseUnavailableError,
     Store,
-    parse_branch_ref,
 )
 
 log = logging.getLogger(__name__)
@@ -45,7 +43,6 @@ log = logging.getLogger(__name__)
 CONNECTIONS = Gauge("durachat_gateway_connections", "Open client WebSocket connections")
 CHANNELS = Gauge("durachat_gateway_channels", "Conversations followed by this gateway")
 FRAMES_IN = Counter("durachat_gateway_frames_in_total", "Client frames received", ["type"])
-FRAME_ERRORS = Counter("durachat_gateway_frame_errors_total", "Client frames rejected", ["code"])
 
 FORWARDED = {
     MessageType.USE_CHAT_REQUEST.value,
@@ -212,17 +209,16 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         try:
             wanted = websocket.query_params.get("branch")
             if wanted:
-                viewed = await _resolve_branch(r, key, wanted)
+                viewed = await resolve_branch(r.store, key, wanted)
                 if viewed is None:
-                    _error(conn, "unknown_branch", f"the conversation has no branch {wanted!r}")
+                    conn.send_error("unknown_branch", f"the conversation has no branch {wanted!r}")
                 else:
                     conn.branch = viewed
             channel = await r.channels.join(tag, conn)
             if not cursor:
                 channel.greet(conn)
             elif not await channel.resume_from(conn, cursor):
-                _error(
-                    conn,
+                conn.send_error(
                     "cursor_expired",
                     "the event log no longer reaches back to this cursor: reload the transcript "
                     "(get-messages) and reconnect without one",
@@ -254,11 +250,6 @@ async def _deny(websocket: WebSocket, status: int, text: str) -> None:
         await websocket.close(1008)
 
 
-def _error(conn: ClientConnection, code: str, message: str) -> None:
-    FRAME_ERRORS.labels(code).inc()
-    conn.send_json({"type": MessageType.ERROR.value, "code": code, "message": message})
-
-
 async def _serve(
     r: Runtime,
     websocket: WebSocket,
@@ -275,19 +266,19 @@ async def _serve(
             return
         text = message.get("text")
         if text is None:
-            _error(conn, "binary_frame", "frames must be JSON text")
+            conn.send_error("binary_frame", "frames must be JSON text")
             continue
         # Measured in characters first: only a frame that might be too large is encoded.
         if len(text) * 4 > limit and len(text.encode()) > limit:
-            _error(conn, "frame_too_large", f"frames are limited to {limit} bytes")
+            conn.send_error("frame_too_large", f"frames are limited to {limit} bytes")
             continue
         try:
             frame = json.loads(text)
         except json.JSONDecodeError as exc:
-            _error(conn, "invalid_json", f"frame is not valid JSON: {exc.msg}")
+            conn.send_error("invalid_json", f"frame is not valid JSON: {exc.msg}")
             continue
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
-            _error(conn, "invalid_frame", "a frame is a JSON object with a string `type`")
+            conn.send_error("invalid_frame", "a frame is a JSON object with a string `type`")
             continue
         kind: str = frame["type"]
         FRAMES_IN.labels(kind if kind.startswith("cf_agent_") else "other").inc()
@@ -298,13 +289,13 @@ async def _serve(
                 conn.forward(lambda frame=frame: _resume(channel, conn, frame, catch_up=True))  # type: ignore[misc]
             else:
                 await _resume(channel, conn, frame)
-        elif kind in (MessageType.BRANCHES.value, MessageType.BRANCH_SWITCH.value):
+        elif kind in BRANCH_FRAMES:
             # In order with the frames forwarded before it (a switch right after a request).
-            conn.forward(lambda frame=frame: _branch_frame(r, channel, conn, key, frame))  # type: ignore[misc]
+            conn.forward(lambda frame=frame: branch_frame(r, channel, conn, key, frame))  # type: ignore[misc]
         elif kind in FORWARDED:
             _forward(r, conn, key, tag, frame)
         else:
-            _error(conn, "unknown_frame", f"frame type {kind!r} is not supported")
+            conn.send_error("unknown_frame", f"frame type {kind!r} is not supported")
 
 
 async def _resume(
@@ -322,56 +313,7 @@ async def _resume(
     if isinstance(request_id, str):
         await channel.resume_ack(conn, request_id)
     else:
-        _error(conn, "invalid_frame", "a resume ack needs the request `id`")
-
-
-async def _resolve_branch(r: Runtime, key: ConversationKey, wanted: str) -> str | None:
-    """The key under which a branch's frames travel: `main`, or the branch's id; None if the
-    conversation has no such branch."""
-    ref = parse_branch_ref(wanted)
-    if ref == MAIN_BRANCH:
-        return MAIN_BRANCH
-    conversation = await r.store.find_conversation(key)
-    if conversation is None:
-        return None
-    record = await r.store.get_branch(conversation.id, ref)
-    if record is None:
-        return None
-    return MAIN_BRANCH if record.name == MAIN_BRANCH else str(record.id)
-
-
-async def _branch_frame(
-    r: Runtime, channel: Channel, conn: ClientConnection, key: ConversationKey, frame: JSONDict
-) -> None:
-    """`durachat_branches` (list) and `durachat_branch_switch` (view another branch)."""
-    try:
-        conversation = await r.store.find_conversation(key)
-        if frame["type"] == MessageType.BRANCHES.value:
-            records = [] if conversation is None else await r.store.list_branches(conversation.id)
-            conn.send_json(
-                {
-                    "type": MessageType.BRANCHES.value,
-                    "branches": [b.to_json() for b in records],
-                    "viewing": conn.branch,
-                }
-            )
-            return
-        wanted = frame.get("branch")
-        viewed = await _resolve_branch(r, key, str(wanted)) if wanted else None
-        if viewed is None:
-            _error(conn, "unknown_branch", f"the conversation has no branch {wanted!r}")
-            return
-        messages = []
-        if conversation is not None:
-            ref = MAIN_BRANCH if viewed == MAIN_BRANCH else int(viewed)
-            path = await r.store.branch_path(conversation.id, ref)
-            messages = [m.message for m in path or []]
-    except DatabaseUnavailableError:
-        _error(conn, "database_unavailable", "the transcript store is unavailable")
-        return
-    channel.view(conn, viewed, reason="switch")
-    conn.send_json({"type": MessageType.CHAT_MESSAGES.value, "messages": messages})
-    channel.greet(conn)
+        conn.send_error("invalid_frame", "a resume ack needs the request `id`")
 
 
 def _forward(
@@ -404,6 +346,6 @@ def _forward(
                         "outcome": "error",
                     }
                 )
-            _error(conn, exc.code, exc.message)
+            conn.send_error(exc.code, exc.message)
 
     conn.forward(deliver)

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from durachat_gateway.branches_api import BranchOut, ErrorBody
 from durachat_gateway.forwarder import Forwarder, ForwardError
 from durachat_infra.keys import conversation_tag
+from durachat_infra.store import ConversationKey
 
 
 class BranchWrites(Protocol):
@@ -73,25 +74,34 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+async def write_branch(
+    r: BranchWrites, key: ConversationKey, op: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    """Run a branch write (`op`: `{"op": "create" | "rename" | "delete" | "fork", …}`, as
+    `BranchOpIn`) on the conversation's owner; returns the HTTP answer as `(status, body)`."""
+    if key.agent not in r.agents():
+        message = f"no live shard serves agent {key.agent!r}"
+        return 404, {"code": "unknown_agent", "message": message}
+    payload = {"tenant": key.tenant, "agent": key.agent, "name": key.name, **op}
+    try:
+        answer = await r.forwarder.call(
+            conversation_tag(key.tenant, key.agent, key.name), "/internal/v1/branches", payload
+        )
+    except ForwardError as exc:
+        return 404 if exc.code == "unknown_agent" else 503, {
+            "code": exc.code,
+            "message": exc.message,
+        }
+    return int(answer.get("status", 500)), dict(answer.get("body", {}))
+
+
 def branch_write_router(runtime: Callable[[], BranchWrites], tenant: str) -> APIRouter:
     """The write routes, for conversations of `tenant`."""
     router = APIRouter(tags=["branches"])
 
     async def call(agent: str, name: str, op: dict[str, Any]) -> Response:
-        r = runtime()
-        if agent not in r.agents():
-            return JSONResponse(
-                {"code": "unknown_agent", "message": f"no live shard serves agent {agent!r}"}, 404
-            )
-        payload = {"tenant": tenant, "agent": agent, "name": name, **op}
-        try:
-            answer = await r.forwarder.call(
-                conversation_tag(tenant, agent, name), "/internal/v1/branches", payload
-            )
-        except ForwardError as exc:
-            status = 404 if exc.code == "unknown_agent" else 503
-            return JSONResponse({"code": exc.code, "message": exc.message}, status)
-        return JSONResponse(answer.get("body", {}), int(answer.get("status", 500)))
+        status, body = await write_branch(runtime(), ConversationKey(tenant, agent, name), op)
+        return JSONResponse(body, status)
 
     conversation = {
         "agent": Path(description="the agent (kebab-case class name)"),

@@ -114,7 +114,7 @@ GET_MESSAGES_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
 
 
 def _error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"code": code, "message": message}, status)
+    return JSONResponse(_body(code, message), status)
 
 
 def _unavailable() -> JSONResponse:
@@ -122,7 +122,11 @@ def _unavailable() -> JSONResponse:
 
 
 def _unknown_branch(branch: BranchRef) -> JSONResponse:
-    return _error(404, "unknown_branch", f"the conversation has no branch {branch!r}")
+    return _error(404, "unknown_branch", _no_branch(branch))
+
+
+def _no_branch(branch: BranchRef) -> str:
+    return f"the conversation has no branch {branch!r}"
 
 
 def _ref(branch: str | None) -> BranchRef:
@@ -155,6 +159,35 @@ async def branch_messages(store: Store, key: ConversationKey, branch: str) -> Re
         return JSONResponse([m.message for m in path])
 
     return await _guard(read)
+
+
+async def siblings_of(
+    store: Store, key: ConversationKey, message_id: str, branch: str | None
+) -> tuple[int, dict[str, Any]]:
+    """The siblings answer as `(status, body)`: 200 `{"siblings", "index"}`, or 404
+    `unknown_branch` / `unknown_message`.
+
+    Raises:
+        DatabaseUnavailableError: SQL is unreachable.
+    """
+    ref = _ref(branch)
+    conversation = await store.find_conversation(key)
+    found = None
+    if conversation is None:
+        if ref != MAIN_BRANCH:
+            return 404, _body("unknown_branch", _no_branch(ref))
+    else:
+        try:
+            found = await store.siblings(conversation.id, message_id, ref)
+        except UnknownBranchError:
+            return 404, _body("unknown_branch", _no_branch(ref))
+    if found is None:
+        return 404, _body("unknown_message", f"message {message_id!r} is not on the branch {ref!r}")
+    return 200, {"siblings": list(found.ids), "index": found.index}
+
+
+def _body(code: str, message: str) -> dict[str, Any]:
+    return {"code": code, "message": message}
 
 
 def branch_router(runtime: Callable[[], BranchReads], tenant: str) -> APIRouter:
@@ -202,27 +235,11 @@ def branch_router(runtime: Callable[[], BranchReads], tenant: str) -> APIRouter:
     ) -> Response:
         if (denied := unknown_agent(agent)) is not None:
             return denied
-        store = runtime().store
-        ref = _ref(branch)
+        key = ConversationKey(tenant, agent, name)
 
         async def read() -> Response:
-            conversation = await store.find_conversation(ConversationKey(tenant, agent, name))
-            if conversation is None:
-                if ref != MAIN_BRANCH:
-                    return _unknown_branch(ref)
-                found = None
-            else:
-                try:
-                    found = await store.siblings(conversation.id, message_id, ref)
-                except UnknownBranchError:
-                    return _unknown_branch(ref)
-            if found is None:
-                return _error(
-                    404,
-                    "unknown_message",
-                    f"message {message_id!r} is not on the branch {ref!r}",
-                )
-            return JSONResponse({"siblings": list(found.ids), "index": found.index})
+            status, body = await siblings_of(runtime().store, key, message_id, branch)
+            return JSONResponse(body, status)
 
         return await _guard(read)
 

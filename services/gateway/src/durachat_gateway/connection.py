@@ -9,11 +9,15 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from prometheus_client import Counter
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from durachat.protocol import MessageType
 from durachat_infra.eventlog import LogEntry, with_cursor, with_replay_flag
 
 log = logging.getLogger(__name__)
+
+FRAME_ERRORS = Counter("durachat_gateway_frame_errors_total", "Client frames rejected", ["code"])
 
 _draining: set[asyncio.Task[None]] = set()
 """Forwarders of closed connections still delivering their last frames."""
@@ -108,6 +112,11 @@ class ClientConnection:
     def send_json(self, frame: dict[str, Any]) -> None:
         """Queue a frame given as an object."""
         self.send(json.dumps(frame, separators=(",", ":"), ensure_ascii=False))
+
+    def send_error(self, code: str, message: str) -> None:
+        """Tell the client a frame of its was rejected (`durachat_error`, a stable `code`)."""
+        FRAME_ERRORS.labels(code).inc()
+        self.send_json({"type": MessageType.ERROR.value, "code": code, "message": message})
 
     async def aclose(self) -> None:
         """Stop the writer after it drains what is queued; frames still being forwarded are

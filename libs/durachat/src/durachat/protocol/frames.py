@@ -28,3 +28,4 @@ class MessageType(StrEnum):
     BRANCHES = "durachat_branches"  # C→S asks for the branch list, S→C answers it
     BRANCH_SWITCH = "durachat_branch_switch"  # C→S
     BRANCH_SWITCHED = "durachat_branch_switched"  # S→C
+    BRANCH_OP = "durachat_branch_op"  # C→S a branch read or write, S→C its answer
