@@ -113,7 +113,7 @@ async def test_branch_ops_over_the_socket_answer_as_the_http_api(
     base = f"/agents/{AGENT}/{conversation}"
     answers = 0
 
-    async def op(**fields: str) -> tuple[int, dict]:
+    async def op(**fields: str | int) -> tuple[int, dict]:
         nonlocal answers
         answers += 1
         ask = str(answers)
@@ -130,13 +130,16 @@ async def test_branch_ops_over_the_socket_answer_as_the_http_api(
     )
     assert await op(op="siblings", messageId=main[1]["id"]) == (200, over_http.json())
     assert (await op(op="siblings", messageId="nope"))[1]["code"] == "unknown_message"
+    listed = (await http.get(f"{base}/branches")).json()["branches"]
+    alt = next(b for b in listed if b["name"] == "alt")
+    # A branch id may be given as the number BranchOut has.
+    by_id = await op(op="siblings", messageId=main[1]["id"], branch=alt["id"])
+    assert by_id == (200, over_http.json())
 
     # Create from the viewed branch, rename, then fork it into a conversation of its own.
     status, created = await op(op="create", name="side", at=main[0]["id"])
     assert status == 201 and created["name"] == "side"
     assert created["fork_message_id"] == main[0]["id"]
-    listed = (await http.get(f"{base}/branches")).json()["branches"]
-    alt = next(b for b in listed if b["name"] == "alt")
     assert created["parent_branch_id"] == alt["id"]
     assert (await op(op="create", name="side"))[1]["code"] == "branch_exists"
     status, renamed = await op(op="rename", branch="side", name="side-2")
@@ -149,10 +152,12 @@ async def test_branch_ops_over_the_socket_answer_as_the_http_api(
     copied = await get_messages(cluster.urls[0], AGENT, copy)
     assert [m["id"] for m in copied] == [main[0]["id"]]
 
-    # Delete the branch this very connection views: it is moved to main.
+    # Delete the branch this very connection views: it is moved to main, before the answer.
     assert await op(op="delete", branch="alt") == (200, {"deleted_messages": 0})
     moved = await ws.wait_for(lambda f: f.get("type") == "durachat_branch_switched")
     assert (moved["branch"], moved["reason"]) == ("main", "deleted")
+    answered = next(f for f in ws.frames if f.get("op") == "delete" and "status" in f)
+    assert ws.frames.index(moved) < ws.frames.index(answered)
     assert (await op(op="delete", branch="main"))[:1] == (409,)
 
     # Bad requests get 400 with a stable code; the socket stays usable.

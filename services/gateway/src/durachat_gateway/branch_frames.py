@@ -56,6 +56,9 @@ async def branch_frame(
     `durachat_branch_op`."""
     if frame["type"] == MessageType.BRANCH_OP.value:
         status, body = await branch_op(r, conn, key, frame)
+        # What the write sent through the event log (a deleted branch's viewers moved to
+        # main) reaches this connection before the answer.
+        await channel.catch_up()
         answer = {"type": MessageType.BRANCH_OP.value, "op": frame.get("op"), "status": status}
         if isinstance(frame.get("id"), str):
             answer["id"] = frame["id"]
@@ -100,7 +103,12 @@ async def branch_op(
     views; rename and delete must name theirs.
     """
     op = frame.get("op")
-    fields = {name: value for name, value in frame.items() if isinstance(value, str) and value}
+    # Branch ids may come as numbers, as `BranchOut.id` is one.
+    fields = {
+        name: str(value)
+        for name, value in frame.items()
+        if (isinstance(value, str) and value) or (type(value) is int)
+    }
     viewed = fields.get("branch", conn.branch)
     if op == "siblings":
         if "messageId" not in fields:

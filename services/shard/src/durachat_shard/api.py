@@ -126,6 +126,8 @@ def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) ->
             )
         except ACTIVATION_ERRORS as exc:
             return refusal(exc, shard_id)
+        # What it sent is in the event log before the gateway relays the answer.
+        await writer.flush()
         # The outcome of the operation travels in the body: the gateway relays it as is.
         return JSONResponse({"status": status, "body": body})
 
