@@ -374,3 +374,201 @@ async def test_cli_branches(cluster: LocalCluster, conversation: str) -> None:
         "error: the conversation has no branch 'nope'",
         "usage: /switch BRANCH (its id or name)",
     ]
+
+
+# Branch operations over the socket (`durachat_branch_op`)
+
+
+async def test_siblings_after_a_regenerate(cluster: LocalCluster, conversation: str) -> None:
+    url = cluster.urls[0]
+    async with ChatClient.connect(url, AGENT, conversation) as client:
+        main = await two_turns(client)
+        again = await client.regenerate()
+        assert await answered(again) == "echo: two"
+        fork = client.branch
+        both = [main[3]["id"], again.message_id]
+        # On the viewed branch (the fork) by default; on main when named.
+        assert await client.siblings(str(again.message_id)) == (both, 1)
+        assert await client.siblings(main[3]["id"], branch="main") == (both, 0)
+        assert await client.siblings(main[2]["id"]) == ([main[2]["id"]], 0)
+        with pytest.raises(ClientError) as not_on_main:
+            await client.siblings(str(again.message_id), branch="main")
+        assert (not_on_main.value.code, not_on_main.value.status) == ("unknown_message", 404)
+        with pytest.raises(ClientError) as unknown:
+            await client.siblings("nope")
+        assert unknown.value.code == "unknown_message"
+        with pytest.raises(ClientError) as no_branch:
+            await client.siblings(main[0]["id"], branch="nope")
+        assert no_branch.value.code == "unknown_branch"
+        assert client.branch == fork
+        await client.switch_branch("main")
+        assert await client.siblings(main[3]["id"]) == (both, 0)
+        # What the HTTP API answers too.
+        async with httpx.AsyncClient(base_url=url, timeout=20) as http:
+            siblings = await http.get(
+                f"/agents/{AGENT}/{conversation}/messages/{again.message_id}/siblings",
+                params={"branch": fork},
+            )
+        assert siblings.json() == {"siblings": both, "index": 1}
+
+
+async def test_create_rename_fork_and_delete(cluster: LocalCluster, conversation: str) -> None:
+    url = cluster.urls[0]
+    async with ChatClient.connect(url, AGENT, conversation) as client:
+        main = await two_turns(client)
+        [main_record] = await client.branches()
+        side = await client.create_branch("side", at=main[1]["id"])
+        assert side["name"] == "side" and side["leaf_message_id"] == main[1]["id"]
+        assert side["fork_message_id"] == main[1]["id"]
+        assert side["parent_branch_id"] == main_record["id"]
+        # At the viewed branch's leaf by default; creating does not switch.
+        tip = await client.create_branch("tip")
+        assert tip["leaf_message_id"] == main[3]["id"]
+        assert client.branch == "main" and client.messages == main
+        assert [b["name"] for b in await client.branches()] == ["main", "side", "tip"]
+
+        with pytest.raises(ClientError) as exists:
+            await client.create_branch("side")
+        assert (exists.value.code, exists.value.status) == ("branch_exists", 409)
+        with pytest.raises(ClientError) as not_there:
+            await client.create_branch("x", at="nope")
+        assert not_there.value.code == "unknown_message"
+
+        renamed = await client.rename_branch("side", "side 2")
+        assert (renamed["id"], renamed["name"]) == (side["id"], "side 2")
+        with pytest.raises(ClientError) as taken:
+            await client.rename_branch(side["id"], "tip")
+        assert taken.value.code == "branch_exists"
+        with pytest.raises(ClientError) as rename_main:
+            await client.rename_branch("main", "x")
+        assert (rename_main.value.code, rename_main.value.status) == ("main_branch", 409)
+
+        copy = f"{conversation}-copy"
+        assert await client.fork_conversation(copy, branch="side 2") == {
+            "agent": AGENT,
+            "name": copy,
+        }
+        assert ids(await fetch_history(url, AGENT, copy)) == ids(main[:2])
+        with pytest.raises(ClientError) as forked_again:
+            await client.fork_conversation(copy)
+        assert (forked_again.value.code, forked_again.value.status) == (
+            "conversation_exists",
+            409,
+        )
+        # The viewed branch by default.
+        whole = f"{conversation}-whole"
+        assert (await client.fork_conversation(whole))["name"] == whole
+        assert await fetch_history(url, AGENT, whole) == main
+
+        # Both leaves are on main's path: no message goes.
+        assert await client.delete_branch("side 2") == 0
+        assert await client.delete_branch(tip["id"]) == 0
+        with pytest.raises(ClientError) as gone:
+            await client.delete_branch("side 2")
+        assert (gone.value.code, gone.value.status) == ("unknown_branch", 404)
+        with pytest.raises(ClientError) as delete_main:
+            await client.delete_branch("main")
+        assert (delete_main.value.code, delete_main.value.status) == ("main_branch", 409)
+        assert [b["name"] for b in await client.branches()] == ["main"]
+        assert client.branch == "main" and client.messages == main
+        assert await fetch_history(url, AGENT, conversation) == main
+        assert client.errors == []
+
+
+async def test_deleting_the_viewed_branch_moves_the_client_to_main(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    url = cluster.urls[0]
+    async with ChatClient.connect(url, AGENT, conversation) as client:
+        main = await two_turns(client)
+        assert await answered(await client.regenerate()) == "echo: two"
+        fork = client.branch
+        async with ChatClient.connect(cluster.urls[1], AGENT, conversation, branch=fork) as tab:
+            # By id: only the regenerated answer is the fork's alone.
+            assert await client.delete_branch(fork) == 1
+            assert client.branch == "main"
+            assert client.messages == main
+
+            # The other tab on it is moved too.
+            async def tab_on_main() -> bool:
+                return tab.branch == "main" and tab.messages == main
+
+            await eventually(tab_on_main, timeout=10)
+
+        # By name, with a reply of its own.
+        await client.create_branch("side", at=main[1]["id"])
+        await client.switch_branch("side")
+        side = client.branch
+        assert await answered(await client.send("three")) == "echo: three"
+        assert await client.delete_branch("side") == 2
+        assert (client.branch, client.messages) == ("main", main)
+        assert [b["name"] for b in await client.branches()] == ["main"]
+        # The client goes on on main.
+        assert await answered(await client.send("after")) == "echo: after"
+        assert texts(await fetch_history(url, AGENT, conversation))[-2:] == ["after", "echo: after"]
+        with pytest.raises(ClientError) as gone:
+            await fetch_history(url, AGENT, conversation, branch=side)
+        assert gone.value.code == "unknown_branch"
+
+
+async def test_deleting_the_viewed_branch_while_a_reply_streams(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    url = cluster.urls[0]
+    async with ChatClient.connect(url, AGENT, conversation) as client:
+        main = await two_turns(client)
+        await client.create_branch("side", at=main[1]["id"])
+        await client.switch_branch("side")
+        running = await client.send("slow")
+        async with asyncio.timeout(20):
+            async for chunk in running:
+                if chunk.get("type") == "text-delta":
+                    break
+        deleted = await client.delete_branch("side")
+        assert deleted >= 1  # the user message, and the partial reply if it was stored
+        assert (client.branch, client.messages) == ("main", main)
+        # Cancelled before the branch went: its viewers got the terminal frame.
+        assert running.done and running.outcome == "aborted", running.error
+        assert client.replies == []
+
+
+async def test_cli_branch_operations(cluster: LocalCluster, conversation: str) -> None:
+    url = cluster.urls[0]
+    chat = ("chat", "--url", url, "--name", conversation)
+    commands = [
+        "hello",
+        "/regenerate",
+        "/siblings",
+        "/switch main",
+        "/siblings",
+        "/branch side",
+        "/rename side side-2",
+        "/switch side-2",
+        "/delete side-2",
+        "/delete main",
+        "/branch",
+        "/rename side-2",
+        "/delete",
+    ]
+    code, out, err = await run_cli(*chat, stdin="".join(f"{c}\n" for c in commands))
+    assert code == 0, err
+    prompts = out.split("you> ")
+    assert prompts[1:6] == ["echo: hello\n", "echo: hello\n", "2 / 2\n", "", "1 / 2\n"]
+    assert prompts[6:] == ["", "", "", "", "", "", "", "", "\n"]
+    listed = err.splitlines()
+    fork = re.fullmatch(r"\(now on branch (\d+): regenerate-[0-9a-f]{8}\)", listed[0])
+    created = re.fullmatch(r"\(created branch (\d+): side\)", listed[2])
+    assert fork is not None and created is not None, listed
+    side = created[1]
+    assert listed[1:] == [
+        "(now on branch main)",
+        f"(created branch {side}: side)",
+        f"(renamed branch {side}: side-2)",
+        f"(now on branch {side}: side-2)",
+        "(deleted branch side-2: 0 messages)",
+        "(now on branch main)",
+        "error: the main branch cannot be renamed or deleted",
+        "usage: /branch NAME (a new branch at the end of this one)",
+        "usage: /rename BRANCH NAME (BRANCH: its id, or a name without spaces)",
+        "usage: /delete BRANCH (its id or name)",
+    ]

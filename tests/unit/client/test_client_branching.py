@@ -413,3 +413,251 @@ async def test_a_branch_gone_at_a_reconnect_leaves_the_client_on_main() -> None:
 
 async def test_reply_branch_defaults_to_main() -> None:
     assert Reply("r1", observed=True).branch == "main"
+
+
+# Branch operations over the socket (`durachat_branch_op`)
+
+SIBLINGS = ["a1", "a1-again"]
+MAIN_PATH = [U1, A1, U2, A2]
+
+
+def answer_op(frame: Frame, viewing: str) -> tuple[int, Frame]:
+    """What the gateway answers, over `BRANCHES`; an optional branch is the viewed one."""
+
+    def find(ref: str) -> Frame | None:
+        return next((b for b in BRANCHES if is_branch(b, ref)), None)
+
+    def error(status: int, code: str) -> tuple[int, Frame]:
+        return status, {"code": code, "message": f"{code} ({frame['op']})"}
+
+    op = frame.get("op")
+    branch = find(frame.get("branch") or viewing)
+    if op == "siblings":
+        if branch is None:
+            return error(404, "unknown_branch")
+        if frame.get("messageId") != "a1":
+            return error(404, "unknown_message")
+        return 200, {"siblings": SIBLINGS, "index": 0 if branch["name"] == "main" else 1}
+    if op == "create":
+        source = find(frame.get("from_branch") or viewing)
+        if source is None:
+            return error(404, "unknown_branch")
+        if find(frame["name"]) is not None:
+            return error(409, "branch_exists")
+        at = frame.get("at", source["leaf_message_id"])
+        record = {"id": 58, "name": frame["name"], "leaf_message_id": at}
+        return 201, {**record, "parent_branch_id": source["id"], "fork_message_id": at}
+    if op in ("rename", "delete") and "branch" not in frame:
+        return error(400, "invalid_request")
+    if op in ("rename", "delete"):
+        if branch is None:
+            return error(404, "unknown_branch")
+        if branch["name"] == "main":
+            return error(409, "main_branch")
+        if op == "rename":
+            return 200, {**branch, "name": frame["name"]}
+        return 200, {"deleted_messages": 2}
+    if op == "fork":
+        if frame["name"] == "c":
+            return error(409, "conversation_exists")
+        return 201, {"agent": "chat-agent", "name": frame["name"]}
+    return error(400, "invalid_request")
+
+
+def ops_server(viewing: list[str], *, move: str = "before") -> Script:
+    """`branch_server`, and `durachat_branch_op` answered by `answer_op`. Deleting the viewed
+    branch moves the connection to main (switched, then main's transcript) `before` or `after`
+    the answer, or `never`."""
+    listing = branch_server(viewing)
+
+    async def script(ws: ServerConnection, frame: Frame) -> None:
+        if frame["type"] != "durachat_branch_op":
+            await listing(ws, frame)
+            return
+        status, body = answer_op(frame, viewing[0])
+        answer = {"type": "durachat_branch_op", "id": frame["id"], "op": frame["op"]}
+        viewed = next(b for b in BRANCHES if is_branch(b, viewing[0]))
+        deleted = frame["op"] == "delete" and status == 200
+        moves = deleted and is_branch(viewed, frame["branch"])
+
+        async def moved() -> None:
+            viewing[0] = "main"
+            switched = {"type": "durachat_branch_switched", "branch": "main", "reason": "deleted"}
+            await send(ws, switched)
+            await send(ws, {"type": "cf_agent_chat_messages", "messages": MAIN_PATH})
+
+        if moves and move == "before":
+            await moved()
+        await send(ws, {**answer, "status": status, "body": body})
+        if moves and move == "after":
+            await moved()
+
+    return script
+
+
+async def test_siblings_for_a_picker() -> None:
+    async with chat(ops_server(["main"])) as (client, server):
+        assert await client.siblings("a1") == (SIBLINGS, 0)
+        assert await client.siblings("a1", branch="alt idea") == (SIBLINGS, 1)
+        assert await client.siblings("a1", branch=41) == (SIBLINGS, 0)
+        with pytest.raises(ClientError) as unknown:
+            await client.siblings("nope")
+        assert (unknown.value.code, unknown.value.status) == ("unknown_message", 404)
+        with pytest.raises(ClientError) as no_branch:
+            await client.siblings("a1", branch="gone")
+        assert no_branch.value.code == "unknown_branch"
+        frames = server.sent("durachat_branch_op")
+        # The viewed branch is the server's default: no `branch` unless one is named.
+        assert [{k: v for k, v in f.items() if k != "id"} for f in frames] == [
+            {"type": "durachat_branch_op", "op": "siblings", "messageId": "a1"},
+            {
+                "type": "durachat_branch_op",
+                "op": "siblings",
+                "messageId": "a1",
+                "branch": "alt idea",
+            },
+            {"type": "durachat_branch_op", "op": "siblings", "messageId": "a1", "branch": "41"},
+            {"type": "durachat_branch_op", "op": "siblings", "messageId": "nope"},
+            {"type": "durachat_branch_op", "op": "siblings", "messageId": "a1", "branch": "gone"},
+        ]
+        assert len({f["id"] for f in frames}) == len(frames)
+        assert client.errors == []
+
+
+async def test_siblings_default_to_the_viewed_branch() -> None:
+    async with chat(ops_server(["main"])) as (client, _):
+        await client.switch_branch("alt idea")
+        assert await client.siblings("a1") == (SIBLINGS, 1)
+        assert await client.siblings("a1", branch="main") == (SIBLINGS, 0)
+
+
+async def test_create_rename_and_fork() -> None:
+    async with chat(ops_server(["57"]), branch="alt idea") as (client, server):
+        created = await client.create_branch("side", at="u1")
+        assert created == {
+            "id": 58,
+            "name": "side",
+            "leaf_message_id": "u1",
+            "parent_branch_id": 57,
+            "fork_message_id": "u1",
+        }
+        from_main = await client.create_branch("other", from_branch="main")
+        assert (from_main["parent_branch_id"], from_main["leaf_message_id"]) == (41, "a2")
+        assert client.branch == "57"  # creating does not switch
+        renamed = await client.rename_branch(57, "alt 2")
+        assert (renamed["id"], renamed["name"]) == (57, "alt 2")
+        assert await client.fork_conversation("copy") == {"agent": "chat-agent", "name": "copy"}
+        assert await client.fork_conversation("copy", branch="main") == {
+            "agent": "chat-agent",
+            "name": "copy",
+        }
+        sent = [
+            {k: v for k, v in f.items() if k not in ("type", "id")}
+            for f in server.sent("durachat_branch_op")
+        ]
+        assert sent == [
+            {"op": "create", "name": "side", "at": "u1"},
+            {"op": "create", "name": "other", "from_branch": "main"},
+            {"op": "rename", "branch": "57", "name": "alt 2"},
+            {"op": "fork", "name": "copy"},
+            {"op": "fork", "name": "copy", "branch": "main"},
+        ]
+
+
+async def test_refused_operations_raise_the_code_and_status() -> None:
+    async with chat(ops_server(["main"])) as (client, _):
+        cases = [
+            (client.create_branch("alt idea"), "branch_exists", 409),
+            (client.create_branch("x", at="u1", from_branch="gone"), "unknown_branch", 404),
+            (client.rename_branch("main", "x"), "main_branch", 409),
+            (client.rename_branch("gone", "x"), "unknown_branch", 404),
+            (client.delete_branch("main"), "main_branch", 409),
+            (client.delete_branch(99), "unknown_branch", 404),
+            (client.fork_conversation("c"), "conversation_exists", 409),
+        ]
+        for call, code, status in cases:
+            with pytest.raises(ClientError) as raised:
+                await call
+            assert (raised.value.code, raised.value.status) == (code, status)
+            assert raised.value.message.startswith(code)
+        assert client.branch == "main"
+
+
+async def test_an_answer_is_matched_by_its_id() -> None:
+    held: list[Frame] = []
+
+    async def script(ws: ServerConnection, frame: Frame) -> None:
+        if frame["type"] != "durachat_branch_op":
+            return
+        if not held:
+            held.append(frame)  # the first one is answered late, after the next one arrived
+            return
+        late = {"type": "durachat_branch_op", "id": held[0]["id"], "op": "siblings"}
+        await send(ws, {**late, "status": 200, "body": {"siblings": ["late"], "index": 0}})
+        answer = {"type": "durachat_branch_op", "id": frame["id"], "op": "siblings"}
+        await send(ws, {**answer, "status": 200, "body": {"siblings": ["x", "y"], "index": 1}})
+
+    async with chat(script) as (client, _):
+        with pytest.raises(ClientError) as raised:
+            await client.siblings("a1", timeout=0.2)
+        assert raised.value.code == "timeout"
+        assert await client.siblings("a2") == (["x", "y"], 1)
+
+
+async def test_an_unreadable_answer_is_a_server_error() -> None:
+    async def script(ws: ServerConnection, frame: Frame) -> None:
+        if frame["type"] == "durachat_branch_op":
+            answer = {"type": "durachat_branch_op", "id": frame["id"], "op": frame["op"]}
+            await send(ws, {**answer, "status": 200, "body": {"siblings": "a1"}})
+
+    async with chat(script) as (client, _):
+        with pytest.raises(ClientError) as raised:
+            await client.siblings("a1")
+        assert raised.value.code == "server_error"
+
+
+async def test_deleting_another_branch_keeps_the_view() -> None:
+    async with chat(ops_server(["main"])) as (client, server):
+        client.messages = [U1, A1]
+        assert await client.delete_branch("alt idea") == 2
+        assert client.branch == "main" and client.messages == [U1, A1]
+        # Viewing main, the deleted branch cannot be the viewed one: no lookup.
+        assert server.sent("durachat_branches") == []
+
+
+@pytest.mark.parametrize("move", ["before", "after"])
+@pytest.mark.parametrize("by", ["id", "name"])
+async def test_deleting_the_viewed_branch_returns_on_main(move: str, by: str) -> None:
+    async with chat(ops_server(["main"], move=move)) as (client, server):
+        await client.switch_branch("alt idea")
+        assert client.branch == "57" and client.messages == [U1, A1]
+        assert await client.delete_branch(57 if by == "id" else "alt idea") == 2
+        # Moved, with main's transcript, as soon as the call returns.
+        assert client.branch == "main"
+        assert client.messages == MAIN_PATH
+        looked_up = len(server.sent("durachat_branches"))
+        assert looked_up == (1 if by == "name" else 0)
+
+
+async def test_a_move_that_never_comes_times_out() -> None:
+    async with chat(ops_server(["main"], move="never")) as (client, _):
+        await client.switch_branch("alt idea")
+        with pytest.raises(ClientError) as raised:
+            await client.delete_branch("57", timeout=0.3)
+        assert raised.value.code == "timeout" and "deleted" in raised.value.message
+
+
+async def test_a_drop_while_waiting_for_the_move_raises_disconnected() -> None:
+    viewing = ["main"]
+    ops = ops_server(viewing, move="never")
+
+    async def script(ws: ServerConnection, frame: Frame) -> None:
+        await ops(ws, frame)
+        if frame.get("op") == "delete":
+            ws.transport.abort()  # deleted, then the connection dropped before the move
+
+    async with chat(script, reconnect_max_delay=0.1) as (client, _):
+        await client.switch_branch("alt idea")
+        with pytest.raises(ClientError) as raised:
+            await client.delete_branch(57)
+        assert raised.value.code == "disconnected"

@@ -13,7 +13,9 @@ tools automatically, and `Reply.final()` follows the continuations.
 
 Branches: `ChatClient.connect(..., branch=...)` views a branch; `client.branch`,
 `client.branches()`, `client.switch_branch(...)`, and `client.edit(message_id, text)`, which
-(like `regenerate`) the server answers on a new branch that the client then views.
+(like `regenerate`) the server answers on a new branch that the client then views;
+`client.siblings(message_id)` (a "2 / 3" picker), `create_branch`, `rename_branch`,
+`delete_branch` and `fork_conversation`.
 """
 
 from durachat.client.chat import (

@@ -49,7 +49,8 @@ _TURN_WAIT: Final = 60.0
 _FOLLOW_TURNS: Final = 8
 """How many other turns a tool answer waits behind for its continuation to start."""
 _BRANCH_WAIT: Final = 30.0
-"""How long `branches` and `switch_branch` wait for the server's answer by default."""
+"""How long the branch operations (`branches`, `switch_branch`, `siblings`, …) wait for the
+server's answer by default."""
 _FORK_REASONS: Final = frozenset({"edit", "regenerate"})
 """`durachat_branch_switched` reasons that move the sender's request to a new branch."""
 
@@ -290,24 +291,43 @@ class _Probe:
         self.answers: asyncio.Queue[_ProbeAnswer] = asyncio.Queue()
 
 
-class _BranchOp:
-    """A `durachat_branches` or `durachat_branch_switch` waiting for the server's answer."""
+_BranchKind = Literal["list", "switch", "op"]
 
-    def __init__(self, kind: Literal["list", "switch"]) -> None:
+
+class _BranchOp:
+    """A `durachat_branches`, `durachat_branch_switch` or `durachat_branch_op` waiting for the
+    server's answer."""
+
+    def __init__(
+        self, kind: _BranchKind, op_id: str | None = None, *, follow_delete: bool = False
+    ) -> None:
         self.kind = kind
+        self.op_id = op_id
+        """(An op) the `id` its answer echoes."""
+        self.follow_delete = follow_delete
+        """(An op) it deletes the viewed branch: it ends once the client is moved to `main`."""
         self.switched = False
-        """(A switch) `durachat_branch_switched` arrived; the transcript that follows ends it."""
-        self.answer: asyncio.Future[JSONDict] = asyncio.get_running_loop().create_future()
+        """(A switch) `durachat_branch_switched` arrived; the transcript that follows ends it.
+        (An op that follows a delete) the move to `main` arrived; its transcript follows."""
+        loop = asyncio.get_running_loop()
+        self.answer: asyncio.Future[JSONDict] = loop.create_future()
+        self.moved: asyncio.Future[None] = loop.create_future()
+        """(An op that follows a delete) `main`'s transcript arrived after the move."""
 
     def resolve(self, frame: JSONDict) -> None:
         if not self.answer.done():
             self.answer.set_result(frame)
 
+    def arrive(self) -> None:
+        if not self.moved.done():
+            self.moved.set_result(None)
+
     def fail(self, error: ClientError) -> None:
-        if not self.answer.done():
-            self.answer.set_exception(error)
-            # Retrieved here, so that an operation that gave up leaves no unretrieved error.
-            self.answer.exception()
+        for future in (self.answer, self.moved):
+            if not future.done():
+                future.set_exception(error)
+                # Retrieved here, so that an operation that gave up leaves no unretrieved error.
+                future.exception()
 
 
 FrameHook = Callable[[JSONDict], object]
@@ -337,7 +357,9 @@ class ChatClient:
     sends acts on that branch, and it receives only that branch's replies and transcript.
     `switch_branch` views another one; an `edit` or a `regenerate` that the server answers on
     a new branch moves the client there (`durachat_branch_switched`). Reconnects come back to
-    the branch the client views.
+    the branch the client views. `siblings`, `create_branch`, `rename_branch`, `delete_branch`
+    and `fork_conversation` do what the HTTP branch API does, over the socket
+    (`durachat_branch_op`).
 
     Attributes:
         base_url: The server's base URL.
@@ -743,19 +765,210 @@ class ChatClient:
             {"type": MessageType.BRANCH_SWITCH.value, "branch": ref}, "switch", timeout
         )
 
+    async def siblings(
+        self, message_id: str, *, branch: BranchRef | None = None, timeout: float = _BRANCH_WAIT
+    ) -> tuple[list[str], int]:
+        """The alternatives of a message, for a "2 / 3" picker (`durachat_branch_op` `siblings`).
+
+        Args:
+            message_id: A UIMessage id on the branch's path (the occurrence nearest the leaf, if
+                the id occurs twice there).
+            branch: The branch whose path holds the message (id or name); the viewed one by
+                default.
+            timeout: How long to wait for the answer, in seconds.
+
+        Returns:
+            The ids of every child of the message's parent (every root, for a root), oldest
+            first, the message included; and the message's index among them. A picker shows
+            `index + 1` / `len(ids)`.
+
+        Raises:
+            ClientError: `unknown_message` if the message is not on the branch's path;
+                `unknown_branch`; `database_unavailable`; `timeout`; `disconnected`; `closed`.
+                `status` is the HTTP status of the server's answer.
+        """
+        fields: JSONDict = {"messageId": message_id}
+        if branch is not None:
+            fields["branch"] = _op_branch(branch)
+        body = await self._operate("siblings", fields, timeout)
+        ids, index = body.get("siblings"), body.get("index")
+        if (
+            not isinstance(ids, list)
+            or not all(isinstance(i, str) for i in ids)
+            or not isinstance(index, int)
+            or isinstance(index, bool)
+        ):
+            raise ClientError("server_error", f"the server answered siblings with {body!r}")
+        return list(ids), index
+
+    async def create_branch(
+        self,
+        name: str,
+        *,
+        at: str | None = None,
+        from_branch: BranchRef | None = None,
+        timeout: float = _BRANCH_WAIT,
+    ) -> JSONDict:
+        """Create a branch (`durachat_branch_op` `create`). The client keeps viewing its branch.
+
+        Args:
+            name: The new branch's name, unique in the conversation (1 to 200 characters, not
+                digits only).
+            at: The UIMessage id on `from_branch`'s path to fork at; its leaf by default.
+            from_branch: The branch to fork from (id or name); the viewed one by default.
+            timeout: How long to wait for the answer, in seconds.
+
+        Returns:
+            The new branch, as `branches` lists it (`{"id", "name", "leaf_message_id",
+            "parent_branch_id", "fork_message_id", "created_at", "updated_at"}`).
+
+        Raises:
+            ClientError: `branch_exists` if the name is taken; `invalid_branch_name`;
+                `unknown_branch`; `unknown_message` if `at` is not on the branch's path;
+                `unavailable`; `timeout`; `disconnected`; `closed`.
+        """
+        fields: JSONDict = {"name": name}
+        if at is not None:
+            fields["at"] = at
+        if from_branch is not None:
+            fields["from_branch"] = _op_branch(from_branch)
+        return await self._operate("create", fields, timeout)
+
+    async def rename_branch(
+        self, branch: BranchRef, name: str, *, timeout: float = _BRANCH_WAIT
+    ) -> JSONDict:
+        """Rename a branch (`durachat_branch_op` `rename`). Its id, which `branch` reports,
+        does not change.
+
+        Args:
+            branch: The branch to rename (id or name).
+            name: Its new name.
+            timeout: How long to wait for the answer, in seconds.
+
+        Returns:
+            The renamed branch, as `branches` lists it.
+
+        Raises:
+            ClientError: `branch_exists` if the name is taken; `main_branch` for `main`;
+                `unknown_branch`; `invalid_branch_name`; `unavailable`; `timeout`;
+                `disconnected`; `closed`.
+        """
+        return await self._operate("rename", {"branch": _op_branch(branch), "name": name}, timeout)
+
+    async def delete_branch(self, branch: BranchRef, *, timeout: float = _BRANCH_WAIT) -> int:
+        """Delete a branch and the messages only it reaches (`durachat_branch_op` `delete`).
+
+        A reply streaming on it is cancelled first. If this client views the branch, the server
+        moves it to `main`: this returns once it has, so `branch` is then `"main"` and
+        `messages` is `main`'s transcript.
+
+        Args:
+            branch: The branch to delete (id or name).
+            timeout: How long to wait for the server (the answer, and the move to `main`), in
+                seconds.
+
+        Returns:
+            How many messages were deleted.
+
+        Raises:
+            ClientError: `main_branch` for `main`; `unknown_branch`; `unavailable`; `timeout`
+                (also when the branch was deleted but the move to `main` did not arrive in
+                time); `disconnected`; `closed`.
+        """
+        ref = _op_branch(branch)
+        deadline = asyncio.get_running_loop().time() + timeout
+        viewed = self._branch
+        follow = False
+        if MAIN_BRANCH not in (viewed, ref):
+            if ref.isdigit() and ref.isascii():
+                follow = ref == viewed
+            else:
+                # A name: whether it is the viewed branch takes its id (the answer has none).
+                listed = await self.branches(timeout=timeout)
+                follow = any(
+                    is_branch(record, ref) and is_branch(record, self._branch) for record in listed
+                )
+        remaining = max(deadline - asyncio.get_running_loop().time(), 0.0)
+        body = await self._operate("delete", {"branch": ref}, remaining, follow_delete=follow)
+        deleted = body.get("deleted_messages")
+        if not isinstance(deleted, int) or isinstance(deleted, bool):
+            raise ClientError("server_error", f"the server answered delete with {body!r}")
+        return deleted
+
+    async def fork_conversation(
+        self, name: str, *, branch: BranchRef | None = None, timeout: float = _BRANCH_WAIT
+    ) -> JSONDict:
+        """Copy a branch into a new conversation, as its `main` (`durachat_branch_op` `fork`).
+
+        The new conversation has the same agent; connect to it with
+        `ChatClient.connect(base_url, agent, name)`.
+
+        Args:
+            name: The new conversation's name; it must not exist.
+            branch: The branch to copy (id or name); the viewed one by default.
+            timeout: How long to wait for the answer, in seconds.
+
+        Returns:
+            `{"agent", "name"}` of the new conversation.
+
+        Raises:
+            ClientError: `conversation_exists` if it exists; `unknown_branch`; `unavailable`;
+                `timeout`; `disconnected`; `closed`.
+        """
+        fields: JSONDict = {"name": name}
+        if branch is not None:
+            fields["branch"] = _op_branch(branch)
+        return await self._operate("fork", fields, timeout)
+
+    async def _operate(
+        self, op: str, fields: JSONDict, timeout: float, *, follow_delete: bool = False
+    ) -> JSONDict:
+        """Send a `durachat_branch_op` and return the body of its 2xx answer."""
+        op_id = new_request_id()
+        frame: JSONDict = {"type": MessageType.BRANCH_OP.value, "id": op_id, "op": op, **fields}
+        answer = await self._branch_request(
+            frame, "op", timeout, op_id=op_id, follow_delete=follow_delete
+        )
+        status, body = answer.get("status"), answer.get("body")
+        if not isinstance(body, dict):
+            body = {}
+        if not isinstance(status, int) or not 200 <= status < 300:
+            code, message = body.get("code"), body.get("message")
+            raise ClientError(
+                code if isinstance(code, str) else "server_error",
+                message if isinstance(message, str) else f"the server answered {op} with {status}",
+                status=status if isinstance(status, int) else None,
+            )
+        return body
+
     async def _branch_request(
-        self, frame: JSONDict, kind: Literal["list", "switch"], timeout: float
+        self,
+        frame: JSONDict,
+        kind: _BranchKind,
+        timeout: float,
+        *,
+        op_id: str | None = None,
+        follow_delete: bool = False,
     ) -> JSONDict:
         async with self._branch_lock:
-            op = _BranchOp(kind)
+            op = _BranchOp(kind, op_id, follow_delete=follow_delete)
             self._branch_op = op
             self._last_op = op
             try:
                 await self._send(frame)
                 try:
                     async with asyncio.timeout(timeout):
-                        return await op.answer
+                        answer = await op.answer
+                        if op.follow_delete and _succeeded(answer):
+                            await op.moved
+                        return answer
                 except TimeoutError:
+                    if op.answer.done():
+                        raise ClientError(
+                            "timeout",
+                            f"the branch was deleted, but the server did not move the client "
+                            f"to main in {timeout}s",
+                        ) from None
                     raise ClientError(
                         "timeout", f"the server did not answer {frame['type']} in {timeout}s"
                     ) from None
@@ -1318,7 +1531,10 @@ class ChatClient:
             op = self._branch_op
             if op is not None and op.switched:
                 # The transcript that follows `durachat_branch_switched`: the switch is done.
-                op.resolve(frame)
+                if op.kind == "switch":
+                    op.resolve(frame)
+                else:
+                    op.arrive()
         elif kind == MessageType.CHAT_CLEAR:
             self._clear_transcript()
         elif kind == MessageType.MESSAGE_UPDATED:
@@ -1341,6 +1557,11 @@ class ChatClient:
                 self._known_as(str(viewing))
             if self._branch_op is not None and self._branch_op.kind == "list":
                 self._branch_op.resolve(frame)
+        elif kind == MessageType.BRANCH_OP:
+            op = self._branch_op
+            # Matched by id: the answer to an operation that timed out may still come.
+            if op is not None and op.kind == "op" and frame.get("id") == op.op_id:
+                op.resolve(frame)
 
     async def _on_response(self, ws: ClientConnection, frame: JSONDict) -> None:
         request_id = frame.get("id")
@@ -1478,8 +1699,13 @@ class ChatClient:
                 moved.branch = new
         self._view(new)
         op = self._branch_op
-        if reason not in _FORK_REASONS and op is not None and op.kind == "switch":
+        if op is None:
+            return
+        if op.kind == "switch" and reason not in _FORK_REASONS and reason != "deleted":
             # Our switch (`reason: "switch"`; servers before reasons sent none).
+            op.switched = True
+        elif op.follow_delete and reason == "deleted" and new == MAIN_BRANCH:
+            # Our delete of the viewed branch moved us; main's transcript follows.
             op.switched = True
 
     def _known_as(self, branch: str) -> None:
@@ -1638,6 +1864,17 @@ class ChatClient:
         task = asyncio.create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _op_branch(branch: BranchRef) -> str:
+    """A branch as a `durachat_branch_op` names it: its id or name (`""` means `main`)."""
+    return branch_query(branch) or MAIN_BRANCH
+
+
+def _succeeded(answer: JSONDict) -> bool:
+    """Whether a `durachat_branch_op` answer has a 2xx status."""
+    status = answer.get("status")
+    return isinstance(status, int) and 200 <= status < 300
 
 
 def _tool_call_ids(message: UIMessage) -> set[str]:

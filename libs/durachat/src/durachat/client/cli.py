@@ -42,6 +42,10 @@ commands:
   /edit TEXT       replace your last message with TEXT and answer it (on a new branch)
   /branches        list the branches (* marks the one you view)
   /switch BRANCH   view another branch (its id or name; main for main)
+  /siblings        where the last reply is among its alternatives (2 / 3)
+  /branch NAME     create a branch NAME at the end of this one (you stay here)
+  /rename BRANCH NAME  rename a branch (BRANCH: its id, or a name without spaces)
+  /delete BRANCH   delete a branch and the messages only it has
   /clear           delete the conversation (for everyone; on a branch, empty that branch)
   /quit            leave (Ctrl-D works too)
 Ctrl-C stops a reply that is still coming.
@@ -248,8 +252,42 @@ def _run_command(loop: _Loop, client: ChatClient, line: str) -> None:
             loop.run(client.switch_branch(argument))
             if client.branch == before:
                 _err(f"(already on branch {before})")
+    elif command in _BRANCH_COMMANDS:
+        _branch_command(loop, client, command, argument)
     else:
         _err(f"unknown command {command} (/help lists them)")
+
+
+_BRANCH_COMMANDS = frozenset({"/siblings", "/branch", "/rename", "/delete"})
+
+
+def _branch_command(loop: _Loop, client: ChatClient, command: str, argument: str) -> None:
+    """`/siblings`, `/branch NAME`, `/rename BRANCH NAME`, `/delete BRANCH`."""
+    if command == "/siblings":
+        last = next((m for m in reversed(client.messages) if m.get("role") == "assistant"), None)
+        if last is None or not isinstance(last.get("id"), str):
+            _err("(no reply to look at)")
+            return
+        ids, index = loop.run(client.siblings(str(last["id"])))
+        _out(f"{index + 1} / {len(ids)}")
+    elif command == "/branch":
+        if not argument:
+            _err("usage: /branch NAME (a new branch at the end of this one)")
+            return
+        created = loop.run(client.create_branch(argument))
+        _err(f"(created branch {created.get('id')}: {created.get('name')})")
+    elif command == "/rename":
+        branch, _, name = argument.partition(" ")
+        if not branch or not name.strip():
+            _err("usage: /rename BRANCH NAME (BRANCH: its id, or a name without spaces)")
+            return
+        renamed = loop.run(client.rename_branch(branch, name.strip()))
+        _err(f"(renamed branch {renamed.get('id')}: {renamed.get('name')})")
+    elif not argument:
+        _err("usage: /delete BRANCH (its id or name)")
+    else:
+        deleted = loop.run(client.delete_branch(argument))
+        _err(f"(deleted branch {argument}: {deleted} messages)")
 
 
 def _note_branch(loop: _Loop, client: ChatClient) -> None:

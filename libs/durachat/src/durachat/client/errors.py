@@ -13,9 +13,14 @@ class ClientError(Exception):
             `timeout`, `nothing_to_regenerate`, `unknown_message` and `not_a_user_message` (an
             edit of a message the transcript does not have, or of a message that is not the
             user's), `left_branch` (a reply still running on a branch the client stopped
-            viewing). Branches: `unknown_branch` (from the server, or from `get-messages`).
+            viewing). Branches: `unknown_branch` (from the server, or from `get-messages`);
+            the branch operations raise the code of the server's answer (`unknown_branch`,
+            `unknown_message`, `branch_exists`, `main_branch`, `conversation_exists`,
+            `invalid_branch_name`, `invalid_request`, `unavailable`, `database_unavailable`,
+            …), or `server_error` for an answer they cannot read.
         message: A human-readable description.
-        status: The HTTP status behind a `connect_failed` or `http_error`, if there was one.
+        status: The HTTP status behind a `connect_failed` or `http_error`, if there was one, or
+            the status of a branch operation's answer (404, 409, …).
     """
 
     def __init__(self, code: str, message: str, *, status: int | None = None) -> None:
@@ -32,4 +37,5 @@ class ClientError(Exception):
         self.status = status
 
     def __repr__(self) -> str:
-        return f"ClientError(code={self.code!r}, message={self.message!r})"
+        status = "" if self.status is None else f", status={self.status!r}"
+        return f"ClientError(code={self.code!r}, message={self.message!r}{status})"
