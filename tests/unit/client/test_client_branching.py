@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -24,12 +21,10 @@ from durachat.client import (
     is_branch,
     socket_url,
 )
+from support.scripted_server import Frame, Script, ScriptedServer, scripted_chat
 from support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(20)
-
-Frame = dict[str, Any]
-Script = Callable[[ServerConnection, Frame], Awaitable[None]]
 
 
 def text_message(message_id: str, role: str, text: str) -> Frame:
@@ -148,37 +143,7 @@ async def test_fetch_history_reads_a_branch() -> None:
 # Against a scripted server
 
 
-class Server:
-    """A chat server that plays a script for every frame it receives, and keeps them and the
-    query of every connection."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.received: list[Frame] = []
-        self.queries: list[dict[str, list[str]]] = []
-        self.sockets: list[ServerConnection] = []
-
-    async def handle(self, ws: ServerConnection) -> None:
-        self.sockets.append(ws)
-        self.queries.append(parse_qs(urlsplit(ws.request.path if ws.request else "").query))
-        async for raw in ws:
-            frame = json.loads(raw)
-            self.received.append(frame)
-            await self.script(ws, frame)
-
-    def sent(self, kind: str) -> list[Frame]:
-        return [f for f in self.received if f.get("type") == kind]
-
-
-@asynccontextmanager
-async def chat(script: Script, **options: Any) -> AsyncIterator[tuple[ChatClient, Server]]:
-    server = Server(script)
-    async with serve(server.handle, "127.0.0.1", 0) as running:
-        port = running.sockets[0].getsockname()[1]
-        async with ChatClient.connect(
-            f"http://127.0.0.1:{port}", "chat-agent", "c", load_history=False, **options
-        ) as client:
-            yield client, server
+chat = scripted_chat
 
 
 async def send(ws: ServerConnection, frame: Frame) -> None:
@@ -243,7 +208,7 @@ async def test_connect_to_an_unknown_branch_fails() -> None:
         if frame["type"] == "durachat_branches":
             await send(ws, {"type": "durachat_branches", "branches": BRANCHES, "viewing": "main"})
 
-    server = Server(script)
+    server = ScriptedServer(script)
     async with serve(server.handle, "127.0.0.1", 0) as running:
         port = running.sockets[0].getsockname()[1]
         with pytest.raises(ClientError) as raised:
@@ -386,7 +351,7 @@ async def test_a_branch_gone_at_a_reconnect_leaves_the_client_on_main() -> None:
             await send(ws, {"type": "durachat_branch_switched", "branch": "57", "reason": "switch"})
             await send(ws, {"type": "cf_agent_chat_messages", "messages": [U1, A1]})
 
-    server = Server(script)
+    server = ScriptedServer(script)
 
     async def handle(ws: ServerConnection) -> None:
         if len(server.sockets) == 1:

@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from websockets.asyncio.server import ServerConnection, serve
+from websockets.asyncio.server import ServerConnection
 
 from durachat.client import ChatClient, ClientError, ToolCall
 from durachat.client.tools import pending_tool_calls, will_continue
+from support.scripted_server import Frame, Script, ScriptedServer, scripted_chat
 
 pytestmark = pytest.mark.timeout(20)
 
-Frame = dict[str, Any]
-Script = Callable[[ServerConnection, Frame], Awaitable[None]]
 
 CALL = {
     "type": "tool-getLocation",
@@ -75,33 +74,10 @@ async def stream(ws: ServerConnection, request_id: str, *, replay: bool = False)
     await ws.send(response(request_id, None, None, continuation=True))
 
 
-class Server:
-    """A chat server that plays a script for every frame it receives, and keeps them."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.received: list[Frame] = []
-
-    async def handle(self, ws: ServerConnection) -> None:
-        async for raw in ws:
-            frame = json.loads(raw)
-            self.received.append(frame)
-            await self.script(ws, frame)
-
-    def sent(self, kind: str) -> list[Frame]:
-        return [f for f in self.received if f.get("type") == kind]
-
-
 @asynccontextmanager
-async def chat(script: Script, **options: Any) -> AsyncIterator[tuple[ChatClient, Server]]:
-    server = Server(script)
-    async with serve(server.handle, "127.0.0.1", 0) as running:
-        port = running.sockets[0].getsockname()[1]
-        async with ChatClient.connect(
-            f"http://127.0.0.1:{port}", "chat-agent", "c", load_history=False, **options
-        ) as client:
-            client.messages = [USER, assistant(CALL)]
-            yield client, server
+async def chat(script: Script, **options: Any) -> AsyncIterator[tuple[ChatClient, ScriptedServer]]:
+    async with scripted_chat(script, messages=[USER, assistant(CALL)], **options) as opened:
+        yield opened
 
 
 def updated(part: Frame, message_id: str = "a1") -> str:
