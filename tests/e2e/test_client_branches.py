@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable
 from typing import Any
 
 import httpx
@@ -35,6 +36,13 @@ async def answered(reply: Reply, *, timeout: float = 20.0) -> str:
     async with asyncio.timeout(timeout):
         assert await reply.wait() == "completed", reply.error
         return await reply.text()
+
+
+async def error_code(call: Awaitable[object]) -> str:
+    """The code of the `ClientError` that `call` raises."""
+    with pytest.raises(ClientError) as raised:
+        await call
+    return raised.value.code
 
 
 async def two_turns(client: ChatClient) -> list[Message]:
@@ -89,12 +97,9 @@ async def test_connect_to_a_branch_by_name_and_by_id(
     # main by name is main.
     async with ChatClient.connect(url, AGENT, conversation, branch="main") as on_main:
         assert on_main.branch == "main" and on_main.messages == main
-    with pytest.raises(ClientError) as unknown:
-        await ChatClient.connect(url, AGENT, conversation, branch="nope")
-    assert unknown.value.code == "unknown_branch"
-    with pytest.raises(ClientError) as unread:
-        await fetch_history(url, AGENT, conversation, branch="nope")
-    assert unread.value.code == "unknown_branch"
+    unknown = "unknown_branch"
+    assert await error_code(ChatClient.connect(url, AGENT, conversation, branch="nope")) == unknown
+    assert await error_code(fetch_history(url, AGENT, conversation, branch="nope")) == unknown
 
 
 async def test_regenerate_forks_and_switching_back_restores_main(
@@ -126,9 +131,7 @@ async def test_regenerate_forks_and_switching_back_restores_main(
         await client.switch_branch("main")
         assert client.branch == "main"
         assert client.messages == main
-        with pytest.raises(ClientError) as raised:
-            await client.switch_branch("nope")
-        assert raised.value.code == "unknown_branch"
+        assert await error_code(client.switch_branch("nope")) == "unknown_branch"
         assert client.branch == "main" and client.messages == main
         # Back to the fork by its name.
         await client.switch_branch(record["name"])
@@ -168,12 +171,8 @@ async def test_edit_forks_at_the_parent_and_keeps_the_original(
         ]
         assert await fetch_history(url, AGENT, conversation) == main
 
-        with pytest.raises(ClientError) as unknown:
-            await client.edit("nope", "x")
-        assert unknown.value.code == "unknown_message"
-        with pytest.raises(ClientError) as not_user:
-            await client.edit(main[1]["id"], "x")
-        assert not_user.value.code == "not_a_user_message"
+        assert await error_code(client.edit("nope", "x")) == "unknown_message"
+        assert await error_code(client.edit(main[1]["id"], "x")) == "not_a_user_message"
 
 
 async def test_editing_the_first_message_forks_at_the_root(
@@ -394,12 +393,8 @@ async def test_siblings_after_a_regenerate(cluster: LocalCluster, conversation: 
         with pytest.raises(ClientError) as not_on_main:
             await client.siblings(str(again.message_id), branch="main")
         assert (not_on_main.value.code, not_on_main.value.status) == ("unknown_message", 404)
-        with pytest.raises(ClientError) as unknown:
-            await client.siblings("nope")
-        assert unknown.value.code == "unknown_message"
-        with pytest.raises(ClientError) as no_branch:
-            await client.siblings(main[0]["id"], branch="nope")
-        assert no_branch.value.code == "unknown_branch"
+        assert await error_code(client.siblings("nope")) == "unknown_message"
+        assert await error_code(client.siblings(main[0]["id"], branch="nope")) == "unknown_branch"
         assert client.branch == fork
         await client.switch_branch("main")
         assert await client.siblings(main[3]["id"]) == (both, 0)
@@ -430,15 +425,11 @@ async def test_create_rename_fork_and_delete(cluster: LocalCluster, conversation
         with pytest.raises(ClientError) as exists:
             await client.create_branch("side")
         assert (exists.value.code, exists.value.status) == ("branch_exists", 409)
-        with pytest.raises(ClientError) as not_there:
-            await client.create_branch("x", at="nope")
-        assert not_there.value.code == "unknown_message"
+        assert await error_code(client.create_branch("x", at="nope")) == "unknown_message"
 
         renamed = await client.rename_branch("side", "side 2")
         assert (renamed["id"], renamed["name"]) == (side["id"], "side 2")
-        with pytest.raises(ClientError) as taken:
-            await client.rename_branch(side["id"], "tip")
-        assert taken.value.code == "branch_exists"
+        assert await error_code(client.rename_branch(side["id"], "tip")) == "branch_exists"
         with pytest.raises(ClientError) as rename_main:
             await client.rename_branch("main", "x")
         assert (rename_main.value.code, rename_main.value.status) == ("main_branch", 409)
@@ -506,9 +497,8 @@ async def test_deleting_the_viewed_branch_moves_the_client_to_main(
         # The client goes on on main.
         assert await answered(await client.send("after")) == "echo: after"
         assert texts(await fetch_history(url, AGENT, conversation))[-2:] == ["after", "echo: after"]
-        with pytest.raises(ClientError) as gone:
-            await fetch_history(url, AGENT, conversation, branch=side)
-        assert gone.value.code == "unknown_branch"
+        gone = await error_code(fetch_history(url, AGENT, conversation, branch=side))
+        assert gone == "unknown_branch"
 
 
 async def test_deleting_the_viewed_branch_while_a_reply_streams(
