@@ -87,14 +87,20 @@ class Channel:
             branch = branch_of(entry.branch)
             if entry.kind is not Kind.CONTROL:
                 for conn in list(self.connections.values()):
-                    if not _visible(entry, conn):
-                        continue
-                    # Offered a stream and not ACKed yet: only a move to another branch.
-                    if conn.pending_resume is not None and entry.kind is not Kind.VIEW:
+                    if conn.replaying:
+                        visible = is_for(entry.target, conn.id)
+                    else:
+                        visible = _visible(entry, conn)
+                        # Offered a stream and not ACKed yet: only a move to another branch.
+                        if conn.pending_resume is not None and entry.kind is not Kind.VIEW:
+                            continue
+                    if not visible:
                         continue
                     if conn.replayed is not None and _already_replayed(conn, entry):
                         continue
                     if conn.replaying:
+                        # Its branch is checked when the replay ends: a view entry held back
+                        # with it may move the connection first.
                         conn.buffer.append(entry)
                     else:
                         self._send(conn, entry)
@@ -312,7 +318,7 @@ class Channel:
         request `request_id`, or of any request after a cursor replay: None)."""
         conn.replayed = (request_id, last)
         for entry in conn.buffer:
-            if not _already_replayed(conn, entry):
+            if _visible(entry, conn) and not _already_replayed(conn, entry):
                 self._send(conn, entry)
         conn.buffer = []
         conn.replaying = False
