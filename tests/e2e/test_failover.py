@@ -15,6 +15,7 @@ import pytest
 
 from durachat_infra.local.cluster import LocalCluster, Process
 from support.cluster import running_cluster
+from support.faults import stop_between_writes
 from support.waiting import eventually
 from support.wsclient import WsClient, chat_request, get_messages, user_message
 
@@ -106,7 +107,8 @@ async def test_a_stalled_former_owner_cannot_write(cluster: LocalCluster) -> Non
     await client.send(r1)
     await client.wait_for(lambda f: f.get("id") == r1["id"] and f.get("seq") == 3, timeout=20)
     owner = await _owner(cluster, name)
-    os.kill(owner.pid, signal.SIGSTOP)
+    assert cluster.database_url is not None
+    await stop_between_writes(owner, cluster.database_url)
     try:
         await eventually(lambda: _gone(cluster, owner.pid), timeout=10)
         u2 = user_message("while the old owner sleeps")

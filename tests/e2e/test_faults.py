@@ -39,7 +39,7 @@ from support.faults import (
     sql_rows,
     sqlite_path,
     sqlite_write_lock,
-    sqlite_writer_idle,
+    stop_between_writes,
 )
 from support.postgres import PostgresServer
 from support.waiting import eventually
@@ -171,22 +171,6 @@ async def _new_chats_work(cluster: LocalCluster, prefix: str, deadline: float) -
             return True
 
         await eventually(works, timeout=max(1.0, deadline - time.monotonic()), interval=0.2)
-
-
-async def _stop_between_writes(process: Process, database_url: str) -> None:
-    """SIGSTOP a shard at a moment it is not writing SQLite: one stopped inside a write
-    transaction would hold SQLite's only write lock, and every other shard's writes with it,
-    until it resumes (an inherent SQLite limit, not what these tests are about)."""
-    database = sqlite_path(database_url)
-
-    async def stopped_idle() -> bool:
-        os.kill(process.pid, signal.SIGSTOP)
-        if await asyncio.to_thread(sqlite_writer_idle, database):
-            return True
-        os.kill(process.pid, signal.SIGCONT)
-        return False
-
-    await eventually(stopped_idle, timeout=10, interval=0.05)
 
 
 def _chunk_frames(client: WsClient, request_id: str) -> list[Frame]:
@@ -360,7 +344,7 @@ async def test_a_former_owner_that_wakes_up_appends_nothing_and_overwrites_nothi
     client, r1 = await _start_slow(cluster.urls[0], name, "", seq=3, user=u1)
     owner = await _owner(cluster, name)
     log = LogMark(_log(cluster, owner))
-    await _stop_between_writes(owner, database)
+    await stop_between_writes(owner, database)
     try:
         await eventually(lambda: _without(cluster, owner.pid), timeout=15)
         r2 = chat_request([u1, user_message("while the old owner sleeps")])

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import signal
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,8 +31,10 @@ import asyncpg
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from durachat_infra.local.cluster import Process
 from durachat_infra.store import Store
 from support.postgres import PostgresServer
+from support.waiting import eventually
 
 
 def sqlite_path(database_url: str) -> Path:
@@ -137,3 +140,19 @@ class LogMark:
         with open(self.path, "rb") as log:
             log.seek(self.offset)
             return log.read().decode(errors="replace")
+
+
+async def stop_between_writes(process: Process, database_url: str) -> None:
+    """SIGSTOP a shard at a moment it is not writing SQLite: one stopped inside a write
+    transaction would hold SQLite's only write lock, and every other shard's writes with it,
+    until it resumes (an inherent SQLite limit, not what these tests are about)."""
+    database = sqlite_path(database_url)
+
+    async def stopped_idle() -> bool:
+        os.kill(process.pid, signal.SIGSTOP)
+        if await asyncio.to_thread(sqlite_writer_idle, database):
+            return True
+        os.kill(process.pid, signal.SIGCONT)
+        return False
+
+    await eventually(stopped_idle, timeout=10, interval=0.05)
