@@ -17,7 +17,6 @@ from sqlalchemy import (
     delete,
     insert,
     literal,
-    literal_column,
     null,
     select,
     update,
@@ -163,18 +162,7 @@ class Store:
         if found is not None:
             return found
         async with self._write("get or create conversation") as conn:
-            if await conn.scalar(select(Tenant.id).where(Tenant.id == key.tenant)) is None:
-                raise UnknownTenantError(key.tenant)
-            created = await conn.scalar(
-                insert_new(
-                    conn,
-                    ConversationRow,
-                    ["tenant_id", "agent", "name"],
-                    tenant_id=key.tenant,
-                    agent=key.agent,
-                    name=key.name,
-                ).returning(ConversationRow.id)
-            )
+            created = await _insert_conversation(conn, key)
             if created is None:
                 # Someone else created it meanwhile; their transaction has committed (the insert
                 # waited for it), so a fresh read sees the row and its main branch.
@@ -364,18 +352,7 @@ class Store:
             found = await _branches.resolve(conn, origin.id, branch)
             if found is None:
                 raise UnknownBranchError(origin.id, branch)
-            if await conn.scalar(select(Tenant.id).where(Tenant.id == target.tenant)) is None:
-                raise UnknownTenantError(target.tenant)
-            created = await conn.scalar(
-                insert_new(
-                    conn,
-                    ConversationRow,
-                    ["tenant_id", "agent", "name"],
-                    tenant_id=target.tenant,
-                    agent=target.agent,
-                    name=target.name,
-                ).returning(ConversationRow.id)
-            )
+            created = await _insert_conversation(conn, target)
             if created is None:
                 raise ConversationExistsError(target)
             leaf = await _copy_path(conn, found.leaf_id, created)
@@ -556,6 +533,27 @@ class Store:
                     yield conn
 
 
+async def _insert_conversation(conn: AsyncConnection, key: ConversationKey) -> int | None:
+    """Insert the conversation's row (without branches); its id, or None if it exists.
+
+    Raises:
+        UnknownTenantError: `key.tenant` does not exist.
+    """
+    if await conn.scalar(select(Tenant.id).where(Tenant.id == key.tenant)) is None:
+        raise UnknownTenantError(key.tenant)
+    created: int | None = await conn.scalar(
+        insert_new(
+            conn,
+            ConversationRow,
+            ["tenant_id", "agent", "name"],
+            tenant_id=key.tenant,
+            agent=key.agent,
+            name=key.name,
+        ).returning(ConversationRow.id)
+    )
+    return created
+
+
 async def _find(conn: AsyncConnection, key: ConversationKey) -> Conversation | None:
     row = (
         await conn.execute(
@@ -575,19 +573,7 @@ async def _path(conn: AsyncConnection, leaf: ColumnElement[Any]) -> list[Row[Any
     Walks up from the leaf with a recursive CTE, one primary-key lookup per step, so the cost
     follows the length of the path, not the size of the conversation.
     """
-    up = (
-        select(
-            Message.id.label("id"),
-            Message.parent_id.label("parent_id"),
-            literal_column("0", Integer).label("depth"),
-        )
-        .where(Message.id == leaf)
-        .cte("path", recursive=True)
-    )
-    parent = aliased(Message)
-    up = up.union_all(
-        select(parent.id, parent.parent_id, up.c.depth + 1).where(parent.id == up.c.parent_id)
-    )
+    up = _branches.up_from(leaf, "path")
     result = await conn.execute(
         select(
             Message.id, Message.message_id, Message.parent_id, Message.seq, Message.body, up.c.depth
