@@ -53,6 +53,12 @@ async def _persist(o: Owned, incoming: list[dict[str, object]]) -> None:
     await o.apply(change)
 
 
+def fork_of(
+    o: Owned, incoming: list[dict[str, object]], *, inflight: dict[str, object] | None
+) -> Fork | None:
+    return o.t.fork_of(o.t.reconcile(incoming), inflight=inflight)
+
+
 async def _reply(o: Owned, message: dict[str, object], *, anchor: str) -> None:
     await o.apply(o.t.put_reply(message, anchor=anchor))
 
@@ -76,7 +82,7 @@ async def test_a_truncated_transcript_forks_and_changes_nothing(store: Store) ->
     t = await _transcript(store)
     await _persist(t, [msg("u1", "user", "hi")])
     await _reply(t, msg("a1", "assistant", "first"), anchor="u1")
-    assert t.t.fork_of([msg("u1", "user", "hi")], inflight=None) == Fork(1, "regenerate")
+    assert fork_of(t, [msg("u1", "user", "hi")], inflight=None) == Fork(1, "regenerate")
     assert [m["id"] for m in t.messages] == ["u1", "a1"]
     assert await _reloaded(store) == ["u1", "a1"]
 
@@ -85,18 +91,18 @@ async def test_a_reply_still_streaming_counts_as_on_the_path(store: Store) -> No
     t = await _transcript(store)
     await _persist(t, [msg("u1", "user", "hi")])
     streaming = msg("a1", "assistant", "par")
-    assert t.t.fork_of([msg("u1", "user", "hi")], inflight=streaming) == Fork(1, "regenerate")
+    assert fork_of(t, [msg("u1", "user", "hi")], inflight=streaming) == Fork(1, "regenerate")
     # A send that crossed the streaming reply (the client has not seen it yet) appends.
     sent = [msg("u1", "user", "hi"), msg("u2", "user", "more")]
-    assert t.t.fork_of(sent, inflight=streaming) is None
+    assert fork_of(t, sent, inflight=streaming) is None
     # A continuation streams into the last message: it is not a message of its own.
     await _reply(t, streaming, anchor="u1")
     regenerate = [msg("u1", "user", "hi")]
-    assert t.t.fork_of(regenerate, inflight=msg("a1", "assistant", "partial")) == Fork(
+    assert fork_of(t, regenerate, inflight=msg("a1", "assistant", "partial")) == Fork(
         1, "regenerate"
     )
     same = [msg("u1", "user", "hi"), msg("a1", "assistant", "par")]
-    assert t.t.fork_of(same, inflight=msg("a1", "assistant", "partial")) is None
+    assert fork_of(t, same, inflight=msg("a1", "assistant", "partial")) is None
 
 
 async def test_edits_fork_at_the_edited_message(store: Store) -> None:
@@ -108,22 +114,22 @@ async def test_edits_fork_at_the_edited_message(store: Store) -> None:
     await _reply(t, msg("a2", "assistant", "r2"), anchor="u2")
     kept = [msg("u1", "user", "one"), msg("a1", "assistant", "r1")]
     # The same id with other content (the AI SDK's sendMessage({text, messageId})).
-    assert t.t.fork_of([*kept, msg("u2", "user", "TWO")], inflight=None) == Fork(2, "edit")
+    assert fork_of(t, [*kept, msg("u2", "user", "TWO")], inflight=None) == Fork(2, "edit")
     # A new id where the path has another user message.
-    assert t.t.fork_of([*kept, msg("u2b", "user", "two")], inflight=None) == Fork(2, "edit")
+    assert fork_of(t, [*kept, msg("u2b", "user", "two")], inflight=None) == Fork(2, "edit")
     # The first message edited in place forks at the root.
-    assert t.t.fork_of([msg("u1", "user", "ONE")], inflight=None) == Fork(0, "edit")
+    assert fork_of(t, [msg("u1", "user", "ONE")], inflight=None) == Fork(0, "edit")
     # Unchanged user messages and new messages after the path fork nothing.
     whole = [*kept, msg("u2", "user", "two"), msg("a2", "assistant", "r2")]
-    assert t.t.fork_of([*whole, msg("u3", "user", "three")], inflight=None) is None
+    assert fork_of(t, [*whole, msg("u3", "user", "three")], inflight=None) is None
     # A client that sends only its new message appends, as with the reference.
-    assert t.t.fork_of([msg("u3", "user", "three")], inflight=None) is None
+    assert fork_of(t, [msg("u3", "user", "three")], inflight=None) is None
     # An assistant message whose tool state changed is an update, never an edit.
-    assert t.t.fork_of([*kept[:1], msg("a1", "assistant", "other")], inflight=None) == Fork(
+    assert fork_of(t, [*kept[:1], msg("a1", "assistant", "other")], inflight=None) == Fork(
         2, "regenerate"
     )
     assert (
-        t.t.fork_of([*kept[:1], msg("a1", "assistant", "other"), *whole[2:]], inflight=None) is None
+        fork_of(t, [*kept[:1], msg("a1", "assistant", "other"), *whole[2:]], inflight=None) is None
     )
     assert await _reloaded(store) == ["u1", "a1", "u2", "a2"]
 

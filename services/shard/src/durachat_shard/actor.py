@@ -425,8 +425,9 @@ class ConversationActor:
             self.emit.view(forked.branch, reason=forked.kind, connection_id=requester)
             await self._pass_on(forked.branch, requester, frame)
             return
+        incoming = self.transcript.reconcile(request.messages)
         inflight = self._inflight if self._active is not None else None
-        fork = self.transcript.fork_of(request.messages, inflight=inflight)
+        fork = self.transcript.fork_of(incoming, inflight=inflight)
         if fork is not None:
             await self._fork(requester, request, frame, fork)
             return
@@ -446,7 +447,7 @@ class ConversationActor:
             self._merge_from = None
         elif submit and strategy == "merge" and self._merge_from is None:
             self._merge_from = len(self.transcript.messages)
-        merged, change = self.transcript.persist(request.messages)
+        merged, change = self.transcript.persist(incoming)
         collapsed = False
         if overlapping and submit and strategy == "merge":
             tail = self._merge_tail()

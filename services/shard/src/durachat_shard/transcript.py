@@ -89,6 +89,16 @@ class Change:
 
 
 @dataclass(frozen=True, slots=True)
+class Reconciled:
+    """A client's transcript reconciled with a branch's path (see `Transcript.reconcile`)."""
+
+    merged: list[UIMessage]
+    """The client's messages with the server's tool results and assistant ids merged in."""
+    resolved: list[UIMessage]
+    """The same, under the ids they are compared with the path by (tool calls merged)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Fork:
     """Where a chat request's transcript leaves a branch's path."""
 
@@ -126,7 +136,22 @@ class Transcript:
                 return i
         return None
 
-    def fork_of(self, incoming: list[UIMessage], *, inflight: UIMessage | None) -> Fork | None:
+    def reconcile(self, incoming: list[UIMessage]) -> Reconciled:
+        """A client's transcript reconciled with this path (what `fork_of` and `persist` read)."""
+        merged = reconcile_messages(incoming, self.messages)
+        resolved: list[UIMessage] = []
+        for message in merged:
+            # Only assistant messages with tool calls can adopt another message's id.
+            if message.get("role") != "assistant" or not tool_call_ids(message):
+                resolved.append(message)
+                continue
+            message_id = resolve_tool_merge_id(message, self.messages)
+            resolved.append(
+                message if message_id == message.get("id") else {**message, "id": message_id}
+            )
+        return Reconciled(merged, resolved)
+
+    def fork_of(self, incoming: Reconciled, *, inflight: UIMessage | None) -> Fork | None:
         """Where a chat request's transcript leaves this path, if it does (else None).
 
         `inflight` is the reply streaming now (not on the path yet; clients already show it).
@@ -148,7 +173,7 @@ class Transcript:
             # A continuation streams into the last message; a new reply goes after it.
             extends = bool(path) and path[-1].get("id") == inflight.get("id")
             path = [*path[:-1], inflight] if extends else [*path, inflight]
-        resolved = self._resolve(incoming, path)[1]
+        resolved = incoming.resolved
         for at, message in enumerate(resolved):
             if at == len(path):
                 return None
@@ -162,14 +187,16 @@ class Transcript:
             return Fork(len(resolved), "regenerate")
         return None
 
-    def persist(self, incoming: list[UIMessage]) -> tuple[list[UIMessage], Change]:
-        """Reconcile a client's transcript into this one; returns the reconciled incoming list.
+    def persist(self, incoming: list[UIMessage] | Reconciled) -> tuple[list[UIMessage], Change]:
+        """Reconcile a client's transcript into this one (unless it is already); returns the
+        reconciled incoming list.
 
         Messages on the path are updated, new ones appended after the leaf, as the reference
         does; nothing ever leaves the path (a transcript that would fork is `fork_of`'s).
         """
         change = Change(self._branch)
-        merged, resolved = self._resolve(incoming, self.messages)
+        reconciled = incoming if isinstance(incoming, Reconciled) else self.reconcile(incoming)
+        merged, resolved = reconciled.merged, reconciled.resolved
         common = 0
         while (
             common < len(resolved)
@@ -192,24 +219,6 @@ class Transcript:
             self._append(change, fresh)
             change.ops.append(_Op("leaf", node=self._leaf))
         return merged, change
-
-    def _resolve(
-        self, incoming: list[UIMessage], server: list[UIMessage]
-    ) -> tuple[list[UIMessage], list[UIMessage]]:
-        """The reconciled incoming list, and the same with tool-call ids merged: the ids under
-        which its messages are compared with the path."""
-        merged = reconcile_messages(incoming, server)
-        resolved: list[UIMessage] = []
-        for message in merged:
-            # Only assistant messages with tool calls can adopt another message's id.
-            if message.get("role") != "assistant" or not tool_call_ids(message):
-                resolved.append(message)
-                continue
-            message_id = resolve_tool_merge_id(message, server)
-            resolved.append(
-                message if message_id == message.get("id") else {**message, "id": message_id}
-            )
-        return merged, resolved
 
     def _changed(self, incoming: UIMessage, stored: UIMessage) -> bool:
         """Whether a client's copy of a stored message has other content (compared as stored:
