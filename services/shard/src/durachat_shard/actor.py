@@ -305,8 +305,8 @@ class ConversationActor:
         async def run() -> None:
             if previous is not None:
                 await previous
-            async with self.store.transaction(self.conversation_id, self.epoch) as tx:
-                await work(tx)
+            # Queued with the shard's other writes, which share turns of the write lock.
+            await self.store.run_transaction(self.conversation_id, self.epoch, work)
 
         task: asyncio.Future[None] = asyncio.ensure_future(run())
         task.add_done_callback(self._after_write)
@@ -337,8 +337,7 @@ class ConversationActor:
         it is applied, and the actor carries on (a `FencedError` still means it lost the
         conversation)."""
         await self.settled_writes()
-        async with self.store.transaction(self.conversation_id, self.epoch) as tx:
-            return await work(tx)
+        return await self.store.run_transaction(self.conversation_id, self.epoch, work)
 
     async def _write(self, work: Callable[[FencedTransaction], Awaitable[None]]) -> None:
         """A write that the caller waits for (still in order with the queued ones)."""

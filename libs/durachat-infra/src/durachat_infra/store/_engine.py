@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import sqlite3
@@ -11,10 +12,11 @@ from typing import Any, Final
 from sqlalchemy import Insert, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from durachat_infra.store import _sqlite_inloop
 from durachat_infra.store.errors import DatabaseUnavailableError, StoreError
 
 logger = logging.getLogger(__name__)
@@ -92,6 +94,49 @@ def create_engine(url: str | URL, *, echo: bool = False) -> AsyncEngine:
         pool_pre_ping=True,
         connect_args={"timeout": POSTGRES_CONNECT_TIMEOUT_S},
     )
+
+
+def sqlite_writer_engine(engine: AsyncEngine) -> AsyncEngine:
+    """An engine on the same SQLite file as `engine` whose statements run on the event loop's
+    thread (`_sqlite_inloop`), with the store's per-connection setup, for writers."""
+    url = engine.url.set(drivername=f"sqlite+{_sqlite_inloop.DRIVER}")
+    writer = create_async_engine(url, echo=engine.echo)
+    install_sqlite_hooks(writer)
+    # A statement that waited for another writer inside SQLite would stop the event loop:
+    # these connections fail at once instead, and `retry_busy` waits without blocking.
+    event.listen(writer.sync_engine, "connect", _no_busy_wait)
+    return writer
+
+
+def _no_busy_wait(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA busy_timeout = 0")
+    finally:
+        cursor.close()
+
+
+async def begin_when_free(conn: AsyncConnection) -> None:
+    """Begin a transaction on `conn`; on a connection that does not wait for SQLite's lock
+    itself (`sqlite_writer_engine`), wait for it here, up to the busy timeout, without
+    blocking the event loop. Another process of the cluster never holds the lock (the store's
+    gate orders them); this is for outside writers (a backup, an operator's shell)."""
+    if conn.dialect.driver != _sqlite_inloop.DRIVER:
+        await conn.begin()
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    delay = 0.002
+    while True:
+        try:
+            await conn.begin()
+            return
+        except OperationalError as exc:
+            if "locked" not in str(exc).lower() or loop.time() + delay > deadline:
+                raise
+        await conn.rollback()
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def install_sqlite_hooks(engine: AsyncEngine) -> None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from operator import attrgetter
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Self, TypeVar, cast
 
 from sqlalchemy import (
     Integer,
@@ -29,10 +29,12 @@ from sqlalchemy.sql.elements import ColumnElement
 from durachat_infra.store import _branches
 from durachat_infra.store._engine import (
     BEGIN_OPTION,
+    begin_when_free,
     connect,
     create_engine,
     insert_new,
     install_sqlite_hooks,
+    sqlite_writer_engine,
     translate_errors,
 )
 from durachat_infra.store._gate import WriteGate
@@ -65,6 +67,8 @@ from durachat_infra.store.models import Branch, Message, RecoveryIncident, Tenan
 from durachat_infra.store.models import Conversation as ConversationRow
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _SUPPORTED_DIALECTS = ("sqlite", "postgresql")
 
@@ -103,14 +107,14 @@ class Store:
             raise ValueError(f"unsupported database {engine.dialect.name!r}")
         install_sqlite_hooks(engine)
         self._engine = engine
-        # Writers take SQLite's write lock when they begin (see `_engine._on_begin`).
-        self._writer = engine.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
         database = engine.url.database
-        self._gate = WriteGate(
-            Path(database).resolve()
-            if engine.url.get_backend_name() == "sqlite" and database
-            else None
-        )
+        sqlite_file = engine.url.get_backend_name() == "sqlite" and bool(database)
+        # On SQLite, writers run their statements on the loop's thread so that the write lock
+        # is held only for the SQL's time (see `_sqlite_inloop`); reads stay on `engine`.
+        self._writer_engine = sqlite_writer_engine(engine) if sqlite_file else engine
+        # Writers take SQLite's write lock when they begin (see `_engine._on_begin`).
+        self._writer = self._writer_engine.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
+        self._gate = WriteGate(Path(database).resolve() if sqlite_file and database else None)
 
     @classmethod
     def from_url(cls, url: str, *, echo: bool = False) -> Store:
@@ -134,6 +138,8 @@ class Store:
     async def close(self) -> None:
         """Close every pooled connection. The store must not be used afterwards."""
         await self._engine.dispose()
+        if self._writer_engine is not self._engine:
+            await self._writer_engine.dispose()
         self._gate.close()
 
     async def __aenter__(self) -> Self:
@@ -161,7 +167,8 @@ class Store:
         found = await self.find_conversation(key)
         if found is not None:
             return found
-        async with self._write("get or create conversation") as conn:
+
+        async def create(conn: AsyncConnection) -> Conversation:
             created = await _insert_conversation(conn, key)
             if created is None:
                 # Someone else created it meanwhile; their transaction has committed (the insert
@@ -172,6 +179,8 @@ class Store:
                 return found
             await conn.execute(insert(Branch).values(conversation_id=created, name=MAIN_BRANCH))
             return Conversation(id=created, key=key, epoch=0)
+
+        return await self._run_write("get or create conversation", create)
 
     async def find_conversation(self, key: ConversationKey) -> Conversation | None:
         """Return the conversation `key`, or `None` if it does not exist."""
@@ -193,7 +202,8 @@ class Store:
         """
         if epoch < 0:
             raise ValueError("epoch must not be negative")
-        async with self._write("claim conversation") as conn:
+
+        async def raise_epoch(conn: AsyncConnection) -> None:
             raised = await conn.execute(
                 update(ConversationRow)
                 .where(ConversationRow.id == conversation_id, ConversationRow.epoch < epoch)
@@ -214,6 +224,8 @@ class Store:
                     current,
                 )
                 raise FencedError(conversation_id, epoch, current)
+
+        await self._run_write("claim conversation", raise_epoch)
 
     async def load_path(
         self, conversation_id: int, branch: str = MAIN_BRANCH
@@ -430,13 +442,16 @@ class Store:
         Not fenced: a heartbeat only says the process is alive. Whether it still owns a
         conversation is the lease's business (the orphan scan checks both).
         """
-        async with self._write("heartbeat turns") as conn:
+
+        async def beat(conn: AsyncConnection) -> int:
             result = await conn.execute(
                 update(Turn)
                 .where(Turn.owner == owner, Turn.status.in_(OPEN_TURN_STATUSES))
                 .values(heartbeat_at=utcnow())
             )
             return int(result.rowcount)
+
+        return await self._run_write("heartbeat turns", beat)
 
     async def get_incident(self, conversation_id: int, incident_id: str) -> IncidentRecord | None:
         """Return a recovery incident, or `None`."""
@@ -504,10 +519,32 @@ class Store:
             StoreError: the conversation does not exist, or an operation in the block failed
                 (everything is rolled back).
         """
+        async with self._gate.hold(), self._fenced(conversation_id, epoch) as tx:
+            yield tx
+
+    async def run_transaction(
+        self, conversation_id: int, epoch: int, work: Callable[[FencedTransaction], Awaitable[T]]
+    ) -> T:
+        """Run `work` in a fenced write transaction on a conversation and return its result.
+
+        The same guarantees and errors as `transaction`. On SQLite, writes queued this way by
+        the coroutines of one process share turns of the write lock (see `_gate`): prefer it on
+        hot paths. `work` should only run statements on `tx`; once started it completes even if
+        the caller is cancelled.
+        """
+
+        async def run() -> T:
+            async with self._fenced(conversation_id, epoch) as tx:
+                return await work(tx)
+
+        return await self._gate.run(run)
+
+    @contextlib.asynccontextmanager
+    async def _fenced(self, conversation_id: int, epoch: int) -> AsyncIterator[FencedTransaction]:
         action = f"transaction on conversation {conversation_id}"
-        async with self._gate.hold(), connect(self._writer, action) as conn:
+        async with connect(self._writer, action) as conn:
             with translate_errors(action):
-                await conn.begin()
+                await begin_when_free(conn)
                 await fence(conn, conversation_id, epoch)
             tx = FencedTransaction(conn, conversation_id, epoch)
             try:
@@ -527,10 +564,25 @@ class Store:
 
     @contextlib.asynccontextmanager
     async def _write(self, action: str) -> AsyncIterator[AsyncConnection]:
-        async with self._gate.hold(), connect(self._writer, action) as conn:
+        async with self._gate.hold(), self._unfenced(action) as conn:
+            yield conn
+
+    async def _run_write(self, action: str, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """`_write` for statements only, queued to share a turn of the write lock."""
+
+        async def run() -> T:
+            async with self._unfenced(action) as conn:
+                return await work(conn)
+
+        return await self._gate.run(run)
+
+    @contextlib.asynccontextmanager
+    async def _unfenced(self, action: str) -> AsyncIterator[AsyncConnection]:
+        async with connect(self._writer, action) as conn:
             with translate_errors(action):
-                async with conn.begin():
-                    yield conn
+                await begin_when_free(conn)
+                yield conn
+                await conn.commit()
 
 
 async def _insert_conversation(conn: AsyncConnection, key: ConversationKey) -> int | None:
