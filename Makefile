@@ -38,10 +38,11 @@ test: install tests/compat/node_modules/.installed  # Run the whole suite (start
 test-py: install  # Run the Python suite only
 	$(BIN)/pytest --ignore=tests/compat
 
-lint: install  # ruff and mypy (strict on source)
+lint: install  # ruff, mypy strict (source, tests, bench), import contracts (pyproject.toml)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy libs/durachat/src libs/durachat-infra/src services/gateway/src services/shard/src services/jobs/src
+	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 
 format: install  # Format the code
 	$(BIN)/ruff format .

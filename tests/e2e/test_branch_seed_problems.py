@@ -10,6 +10,7 @@ the reference's one list of messages), each as a test that a flat design fails:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -140,7 +141,7 @@ async def test_2_history_and_websocket_sync_carry_one_branch(
         (also_fork, fork_after, main_after),
         (on_main, main_after, fork_after),
     ):
-        frames = await eventually(lambda tab=tab, own=own: synced(tab, ids(own)))
+        frames = await eventually(functools.partial(synced, tab, ids(own)))
         foreign = set(ids(other)) - set(ids(own))
         for frame in frames:
             assert not set(ids(frame["messages"])) & foreign

@@ -3,6 +3,8 @@ chunks and broadcasts of a branch reach only its viewers."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
@@ -15,7 +17,9 @@ AGENT = "chat-agent"
 SLOW_TEXT = "".join(f"s{i:02d} " for i in range(50))
 
 
-async def forked(cluster: LocalCluster, http: httpx.AsyncClient, conversation: str) -> list[dict]:
+async def forked(
+    cluster: LocalCluster, http: httpx.AsyncClient, conversation: str
+) -> list[dict[str, Any]]:
     """`[u1, a1, u2, a2]` on main and a branch `alt` forked at a1; returns main's messages."""
     ws = await WsClient.connect(cluster.urls[0], AGENT, conversation)
     u1, u2 = user_message("one"), user_message("two")
@@ -113,7 +117,7 @@ async def test_branch_ops_over_the_socket_answer_as_the_http_api(
     base = f"/agents/{AGENT}/{conversation}"
     answers = 0
 
-    async def op(**fields: str | int) -> tuple[int, dict]:
+    async def op(**fields: str | int) -> tuple[int, dict[str, Any]]:
         nonlocal answers
         answers += 1
         ask = str(answers)

@@ -14,6 +14,7 @@ saw; each test then checks one property. The one property the product does not h
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import os
@@ -474,7 +475,7 @@ async def wiped(cluster: LocalCluster, own_redis: RedisServer) -> AsyncIterator[
     fault_at = time.monotonic()
     # Down long enough for every shard to notice, then back on its port with nothing.
     for mark in marks:
-        await eventually(lambda mark=mark: _logged(mark, "heartbeat failed"), timeout=10)
+        await eventually(functools.partial(_logged, mark, "heartbeat failed"), timeout=10)
     own_redis.wipe()
     await asyncio.to_thread(own_redis.start)
     jobs = LogMark(_log(cluster, _role(cluster, "jobs")[0]))

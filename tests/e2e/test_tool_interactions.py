@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -14,8 +15,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 AGENT = "chat-agent"
 
 
-def _tool_part(message: dict[str, object], name: str) -> dict[str, object]:
-    return next(p for p in message["parts"] if p["type"] == f"tool-{name}")  # type: ignore[union-attr,index]
+def _tool_part(message: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(p for p in message["parts"] if p["type"] == f"tool-{name}")
 
 
 async def _continuation(client: WsClient, after: int) -> str:

@@ -4,7 +4,7 @@ provider (which can be set only once per process) around tests that set it."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -51,8 +51,10 @@ def isolated_global_tracer_provider() -> Iterator[None]:
     try:
         yield
     finally:
-        if telemetry._shutdown is not None:
-            telemetry._shutdown()
+        # Annotated, so mypy does not keep the `None` assigned before the block ran.
+        shutdown: Callable[[], None] | None = telemetry._shutdown
+        if shutdown is not None:
+            shutdown()
         trace._TRACER_PROVIDER_SET_ONCE = saved_once
         trace._TRACER_PROVIDER = saved_provider
         telemetry._shutdown = saved_shutdown

@@ -11,7 +11,7 @@ T = TypeVar("T")
 
 
 async def eventually(
-    probe: Callable[[], Awaitable[T]], *, timeout: float = 10.0, interval: float = 0.02
+    probe: Callable[[], Awaitable[T | None]], *, timeout: float = 10.0, interval: float = 0.02
 ) -> T:
     """Call `probe` until it returns a truthy value (or stops raising AssertionError)."""
     deadline = time.monotonic() + timeout

@@ -19,6 +19,9 @@ from durachat_jobs.tasks import (
     trim_logs,
 )
 
+# redis-py types its hash commands as `Awaitable[T] | T` even on the asyncio client, so each
+# awaited one carries `type: ignore[misc]` (as in the source that calls them).
+
 
 async def test_sweep_removes_only_dead_shards(redis: Redis, key_prefix: str) -> None:
     keys = ClusterKeys(key_prefix)
@@ -54,8 +57,8 @@ async def test_trim_keeps_the_window_and_open_streams(redis: Redis, key_prefix: 
     done, streaming = _keys(key_prefix, "done"), _keys(key_prefix, "open")
     await _log(redis, done, old, recent)
     await _log(redis, streaming, old, recent)
-    await redis.hset(done.state, mapping={"status": "done", "start": old})
-    await redis.hset(streaming.state, mapping={"status": "streaming", "start": old})
+    await redis.hset(done.state, mapping={"status": "done", "start": old})  # type: ignore[misc]
+    await redis.hset(streaming.state, mapping={"status": "streaming", "start": old})  # type: ignore[misc]
     deps = JobDeps(redis=redis, keys=ClusterKeys(key_prefix), shard_ttl=2.0, log_retention=60.0)
     assert await trim_logs({"durachat": deps}) == 1
     assert [e[0] for e in await redis.xrange(done.log)] == [recent]
@@ -71,13 +74,13 @@ async def test_abandoned_streams_are_closed_unless_a_shard_holds_them(
     abandoned, held = _keys(key_prefix, "abandoned"), _keys(key_prefix, "held")
     for keys in (abandoned, held):
         await _log(redis, keys, stale)
-        await redis.hset(keys.state, mapping={"status": "streaming", "req": "r1", "start": stale})
+        await redis.hset(keys.state, mapping={"status": "streaming", "req": "r1", "start": stale})  # type: ignore[misc]
     await redis.set(held.lease, "shard-x", px=10_000)
     deps = JobDeps(
         redis=redis, keys=ClusterKeys(key_prefix), shard_ttl=2.0, abandoned_stream_after=60.0
     )
     assert await close_abandoned_streams({"durachat": deps}) == 1
-    assert await redis.hget(abandoned.state, "status") == "done"
+    assert await redis.hget(abandoned.state, "status") == "done"  # type: ignore[misc]
     last = (await redis.xrevrange(abandoned.log, count=1))[0][1]
     assert last["k"] == "d"
     assert json.loads(last["f"]) == {
@@ -87,7 +90,7 @@ async def test_abandoned_streams_are_closed_unless_a_shard_holds_them(
         "type": "cf_agent_use_chat_response",
         "outcome": "aborted",
     }
-    assert await redis.hget(held.state, "status") == "streaming"
+    assert await redis.hget(held.state, "status") == "streaming"  # type: ignore[misc]
 
 
 async def test_open_streams_of_other_branches_are_kept_and_closed_too(
@@ -98,11 +101,11 @@ async def test_open_streams_of_other_branches_are_kept_and_closed_too(
     keys = _keys(key_prefix, "branches")
     await _log(redis, keys, old, recent)
     # main is done; branch 57 still streams a reply that started at `old`.
-    await redis.hset(
+    await redis.hset(  # type: ignore[misc]
         keys.state,
         mapping={"status": "done", "req": "r0", "57|status": "streaming", "57|req": "r2"},
     )
-    await redis.hset(keys.state, mapping={"57|start": old})
+    await redis.hset(keys.state, mapping={"57|start": old})  # type: ignore[misc]
     deps = JobDeps(
         redis=redis,
         keys=ClusterKeys(key_prefix),
@@ -114,7 +117,7 @@ async def test_open_streams_of_other_branches_are_kept_and_closed_too(
     assert [e[0] for e in await redis.xrange(keys.log)] == [old, recent]
 
     assert await close_abandoned_streams({"durachat": deps}) == 1
-    state = await redis.hgetall(keys.state)
+    state = await redis.hgetall(keys.state)  # type: ignore[misc]
     assert (state["status"], state["57|status"]) == ("done", "done")
     last = (await redis.xrevrange(keys.log, count=1))[0][1]
     # The terminal frame goes to the branch's viewers, and their gateways mark it done.

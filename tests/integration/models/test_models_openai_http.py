@@ -217,7 +217,7 @@ async def test_reasoning_content(fake_openai: FakeOpenAI) -> None:
 
 
 async def test_parallel_tool_calls_and_converted_history(fake_openai: FakeOpenAI) -> None:
-    history = [
+    history: list[dict[str, Any]] = [
         {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Weather?"}]},
         {
             "id": "a1",

@@ -160,9 +160,9 @@ async def test_the_next_owner_continues_an_interrupted_reply(
     text = "".join(str(b["delta"]) for b in bodies if b["type"] == "text-delta")
     assert text == SLOW_TEXT
     conversation = await store.get_or_create_conversation(KEY)
-    messages = [m.message for m in await store.load_path(conversation.id)]
-    assert [m["role"] for m in messages] == ["user", "assistant"]
-    assert "".join(p.get("text", "") for p in messages[1]["parts"]) == SLOW_TEXT
+    stored = [m.message for m in await store.load_path(conversation.id)]
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert "".join(p.get("text", "") for p in stored[1]["parts"]) == SLOW_TEXT
     turn = await store.get_turn(conversation.id, "req-1")
     assert turn is not None and turn.status == "completed" and turn.owner == "shard-b"
 

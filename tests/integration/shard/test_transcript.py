@@ -172,7 +172,7 @@ async def test_an_empty_placeholder_never_wipes_a_stored_reply(store: Store) -> 
     t = await _transcript(store)
     await _persist(t, [msg("u1", "user", "one")])
     await _reply(t, msg("a1", "assistant", "full reply"), anchor="u1")
-    placeholder = {"id": "a1", "role": "assistant", "parts": []}
+    placeholder: dict[str, object] = {"id": "a1", "role": "assistant", "parts": []}
     await _persist(t, [msg("u1", "user", "one"), placeholder, msg("u2", "user", "two")])
     reloaded = await _transcript(store)
     assert reloaded.messages[1]["parts"] == [{"type": "text", "text": "full reply"}]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, cast
 
 import pytest
 
@@ -74,7 +74,8 @@ def probe() -> Probe:
     # The registry keeps the first handler per provider; point it at this test's probe.
     for entry in litellm.custom_provider_map:
         if entry["provider"] == "durachat-probe":
-            entry["custom_handler"] = handler
+            # litellm types its registry entries read-only; this test swaps the handler in place.
+            cast(dict[str, Any], entry)["custom_handler"] = handler
     return handler
 
 
@@ -276,6 +277,7 @@ async def test_external_cancellation_still_propagates(probe: Probe) -> None:
 async def test_closing_the_generator_closes_the_model_stream(probe: Probe) -> None:
     probe.gate.release()
     agen = stream_ui_chunks("durachat-probe/x", user("hi"))
+    assert isinstance(agen, AsyncGenerator)
     async for chunk in agen:
         if chunk["type"] == "text-delta":
             break

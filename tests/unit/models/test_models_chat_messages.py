@@ -49,7 +49,7 @@ def test_system_user_and_assistant_text() -> None:
 
 
 def test_data_reasoning_sources_and_empty_messages_are_dropped() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"id": "u", "role": "user", "parts": [{"type": "data-note", "data": {"x": 1}}]},
         {
             "id": "a",

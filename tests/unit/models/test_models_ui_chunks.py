@@ -15,9 +15,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*`ReadOnly` qualifier:UserWarni
 
 
 def chunk(finish_reason: str | None = None, **delta: Any) -> Any:
-    return litellm.types.utils.ModelResponseStream(
-        choices=[{"delta": delta, "finish_reason": finish_reason}]
-    )
+    # Plain dicts, as a provider sends them: litellm's constructor converts them.
+    choices: list[Any] = [{"delta": delta, "finish_reason": finish_reason}]
+    return litellm.types.utils.ModelResponseStream(choices=choices)
 
 
 def call(index: int, *, id: str | None = None, name: str | None = None, args: str = "") -> Any:

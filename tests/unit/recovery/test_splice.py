@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from durachat.messages import ReplyAssembler
 from durachat_infra.eventlog import Kind, LogEntry
 from durachat_shard.recovery import Splice, rebuild_stream
 
 
-def _chunk(entry_id: str, request: str, seq: int, chunk: dict[str, object]) -> LogEntry:
+def _chunk(entry_id: str, request: str, seq: int, chunk: Mapping[str, object]) -> LogEntry:
     frame = {"body": json.dumps(chunk), "done": False, "id": request, "seq": seq}
     return LogEntry(entry_id, Kind.CHUNK, json.dumps(frame), "*", request)
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel
 
 from durachat.agent import Agent
-from durachat.tools import tool
+from durachat.tools import Tool, tool
 
 
 class City(BaseModel):
@@ -50,4 +52,4 @@ get_location = tool(
 class ChatAgent(Agent):
     """Answers with the configured model (the offline scripted model by default)."""
 
-    tools = (getWeather, processPayment, get_location)
+    tools: Sequence[Tool] = (getWeather, processPayment, get_location)

@@ -41,6 +41,7 @@ __all__ = [
     "CustomLLM",
     "GenericStreamingChunk",
     "ModelResponse",
+    "litellm",
     "open_stream",
     "provider_error",
     "register_provider",
