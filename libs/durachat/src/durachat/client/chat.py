@@ -7,8 +7,6 @@ import contextlib
 import json
 import logging
 import random
-import secrets
-import string
 import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
@@ -16,7 +14,6 @@ from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
 from typing import Any, Final, Literal
-from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 import websockets
@@ -34,16 +31,41 @@ from durachat.client.tools import (
     replace_part,
     will_continue,
 )
+from durachat.client.transcript import edit_transcript, new_message_id
+from durachat.client.urls import (
+    HTTP_TIMEOUT,
+    MAIN_BRANCH,
+    BranchRef,
+    branch_query,
+    fetch_history,
+    http_url,
+    is_branch,
+    socket_url,
+)
 from durachat.messages import new_request_id
 from durachat.protocol import MessageType
 from durachat.tools import apply_tool_approval, apply_tool_result
 from durachat.types import JSONDict, UIMessage
 
+__all__ = [  # the helpers were defined here before; they stay importable from this module
+    "MAIN_BRANCH",
+    "BranchRef",
+    "ChatClient",
+    "Connecting",
+    "FrameHook",
+    "ReplyHook",
+    "branch_query",
+    "edit_transcript",
+    "fetch_history",
+    "http_url",
+    "is_branch",
+    "new_message_id",
+    "socket_url",
+]
+
 log = logging.getLogger(__name__)
 
-_ID_ALPHABET: Final = string.ascii_letters + string.digits
 _RECENT_REPLIES: Final = 512
-_HTTP_TIMEOUT: Final = 30.0
 _TURN_WAIT: Final = 60.0
 """How long a reply the server had not answered at a reconnect waits for its turn."""
 _FOLLOW_TURNS: Final = 8
@@ -53,220 +75,6 @@ _BRANCH_WAIT: Final = 30.0
 server's answer by default."""
 _FORK_REASONS: Final = frozenset({"edit", "regenerate"})
 """`durachat_branch_switched` reasons that move the sender's request to a new branch."""
-
-MAIN_BRANCH: Final = "main"
-"""The branch every conversation has, viewed when none is named."""
-
-BranchRef = str | int
-"""A branch: its id (an int, or a string of digits) or its name."""
-
-
-def new_message_id() -> str:
-    """Allocate a user message id the way the AI SDK's `generateId()` does.
-
-    Returns:
-        16 random characters from `A-Za-z0-9`.
-    """
-    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(16))
-
-
-def socket_url(
-    base_url: str,
-    agent: str,
-    name: str,
-    connection_id: str,
-    branch: BranchRef | None = None,
-) -> str:
-    """Build the WebSocket URL of a chat.
-
-    Args:
-        base_url: `http(s)://host[:port][/prefix]` or `ws(s)://…`.
-        agent: The agent namespace, kebab-case (`chat-agent`).
-        name: The chat instance name.
-        connection_id: The connection id, sent as `_pk`.
-        branch: The branch the socket views (its id or name); `main` when None.
-
-    Returns:
-        `ws(s)://host/agents/{agent}/{name}?_pk={connection_id}`, with `&branch={branch}` for
-        a branch other than `main`.
-    """
-    scheme, netloc, path = _split(base_url)
-    ws_scheme = {"http": "ws", "https": "wss"}.get(scheme, scheme)
-    query = f"_pk={quote(connection_id)}"
-    ref = branch_query(branch)
-    if ref is not None:
-        query += f"&branch={quote(ref, safe='')}"
-    return urlunsplit((ws_scheme, netloc, _chat_path(path, agent, name), query, ""))
-
-
-def branch_query(branch: BranchRef | None) -> str | None:
-    """The `?branch=` value naming a branch, or None for `main` (which needs none).
-
-    Args:
-        branch: A branch id or name; None, `""` and `"main"` mean `main`.
-
-    Returns:
-        The id or name as a string, or None for `main`.
-
-    Raises:
-        TypeError: if `branch` is neither a string nor an int.
-    """
-    if branch is None:
-        return None
-    if isinstance(branch, bool) or not isinstance(branch, (str, int)):
-        raise TypeError(f"a branch is an id or a name, not {branch!r}")
-    ref = str(branch)
-    return None if ref in ("", MAIN_BRANCH) else ref
-
-
-def is_branch(record: Mapping[str, Any], branch: BranchRef) -> bool:
-    """Whether a branch record (`BranchOut`) is the branch a reference names.
-
-    Args:
-        record: `{"id", "name", …}`, as `ChatClient.branches` returns them.
-        branch: A branch id (an int, or a string of digits) or name.
-
-    Returns:
-        True if `branch` is the record's id (digits) or its name (anything else).
-    """
-    ref = str(branch)
-    if ref.isdigit() and ref.isascii():
-        return str(record.get("id")) == ref
-    return record.get("name") == ref
-
-
-def edit_transcript(
-    messages: Sequence[UIMessage], message_id: str, text: str
-) -> tuple[list[UIMessage], frozenset[str]]:
-    """The transcript an edit sends, like the AI SDK's `sendMessage({text, messageId})`.
-
-    Args:
-        messages: The transcript, oldest first.
-        message_id: The id of the user message to edit (the one nearest the end, if the id
-            occurs twice).
-        text: The message's new text.
-
-    Returns:
-        The messages before it, then the edited message (same id, one text part); and the ids
-        of the messages the edit drops (those after it).
-
-    Raises:
-        ClientError: `unknown_message` if the transcript has no message `message_id`;
-            `not_a_user_message` if that message is not a user message.
-    """
-    index = next(
-        (i for i in range(len(messages) - 1, -1, -1) if messages[i].get("id") == message_id),
-        None,
-    )
-    if index is None:
-        raise ClientError("unknown_message", f"the transcript has no message {message_id!r}")
-    role = messages[index].get("role")
-    if role != "user":
-        raise ClientError(
-            "not_a_user_message", f"the message {message_id!r} is not a user message ({role})"
-        )
-    edited: UIMessage = {
-        "id": message_id,
-        "role": "user",
-        "parts": [{"type": "text", "text": text}],
-    }
-    dropped = frozenset(str(m.get("id")) for m in messages[index + 1 :] if m.get("id") is not None)
-    return [*messages[:index], edited], dropped
-
-
-def http_url(base_url: str, agent: str, name: str, suffix: str = "") -> str:
-    """Build the HTTP URL of a chat, or of a sub-path of it.
-
-    Args:
-        base_url: `http(s)://host[:port][/prefix]` or `ws(s)://…`.
-        agent: The agent namespace.
-        name: The chat instance name.
-        suffix: A sub-path such as `/get-messages`.
-
-    Returns:
-        `http(s)://host/agents/{agent}/{name}{suffix}`.
-    """
-    scheme, netloc, path = _split(base_url)
-    http_scheme = {"ws": "http", "wss": "https"}.get(scheme, scheme)
-    return urlunsplit((http_scheme, netloc, _chat_path(path, agent, name) + suffix, "", ""))
-
-
-def _split(base_url: str) -> tuple[str, str, str]:
-    parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
-    if parts.scheme not in ("http", "https", "ws", "wss") or not parts.netloc:
-        raise ValueError(f"not an http(s) or ws(s) URL: {base_url!r}")
-    return parts.scheme, parts.netloc, parts.path.rstrip("/")
-
-
-def _chat_path(prefix: str, agent: str, name: str) -> str:
-    return f"{prefix}/agents/{quote(agent, safe='')}/{quote(name, safe='')}"
-
-
-async def fetch_history(
-    base_url: str,
-    agent: str,
-    name: str,
-    *,
-    branch: BranchRef | None = None,
-    headers: Mapping[str, str] | None = None,
-    http: httpx.AsyncClient | None = None,
-) -> list[UIMessage]:
-    """Fetch a chat's persisted transcript (`GET /agents/{agent}/{name}/get-messages`).
-
-    Args:
-        base_url: The server's base URL.
-        agent: The agent namespace.
-        name: The chat instance name.
-        branch: The branch to read (its id or name); `main` when None.
-        headers: Extra request headers (for example authentication).
-        http: An HTTP client to use; a temporary one by default.
-
-    Returns:
-        The transcript (the branch's path), oldest first.
-
-    Raises:
-        ClientError: `unknown_branch` if the conversation has no such branch; `http_error` if
-            the request fails or the answer is not a list.
-    """
-    url = http_url(base_url, agent, name, "/get-messages")
-    ref = branch_query(branch)
-    params = {"branch": ref} if ref is not None else None
-    try:
-        if http is None:
-            async with httpx.AsyncClient(timeout=_HTTP_TIMEOUT) as temporary:
-                response = await temporary.get(url, params=params, headers=dict(headers or {}))
-        else:
-            response = await http.get(url, params=params, headers=dict(headers or {}))
-    except httpx.HTTPError as exc:
-        raise ClientError("http_error", f"GET {url} failed: {exc}") from exc
-    if response.status_code != 200:
-        coded = _error_body(response)
-        if coded is not None and coded[0] == "unknown_branch":
-            raise ClientError(coded[0], coded[1], status=response.status_code)
-        raise ClientError(
-            "http_error",
-            f"GET {url} answered {response.status_code}: {response.text.strip()}",
-            status=response.status_code,
-        )
-    try:
-        messages = response.json()
-    except ValueError as exc:
-        raise ClientError("http_error", f"GET {url} did not answer JSON") from exc
-    if not isinstance(messages, list):
-        raise ClientError("http_error", f"GET {url} did not answer a list of messages")
-    return [m for m in messages if isinstance(m, dict)]
-
-
-def _error_body(response: httpx.Response) -> tuple[str, str] | None:
-    """The `{"code", "message"}` of a JSON error answer, if it is one."""
-    try:
-        body = response.json()
-    except ValueError:
-        return None
-    if not isinstance(body, dict) or not isinstance(body.get("code"), str):
-        return None
-    message = body.get("message")
-    return body["code"], message if isinstance(message, str) else body["code"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,7 +213,7 @@ class ChatClient:
         self._reconnect_attempts = reconnect_attempts
         self._reconnect_max_delay = reconnect_max_delay
         self._open_timeout = open_timeout
-        self._http = httpx.AsyncClient(headers=self._headers, timeout=_HTTP_TIMEOUT)
+        self._http = httpx.AsyncClient(headers=self._headers, timeout=HTTP_TIMEOUT)
         self._ws: ClientConnection | None = None
         self._connected = asyncio.Event()
         self._closing = False
