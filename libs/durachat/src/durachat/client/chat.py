@@ -22,7 +22,8 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus
 
 from durachat.client.errors import ClientError
-from durachat.client.reply import Reply
+from durachat.client.reply import Reply, new_reply
+from durachat.client.reply_control import ReplyControl
 from durachat.client.tools import (
     ToolCall,
     ToolCallHook,
@@ -87,7 +88,7 @@ class _Failed:
 @dataclass(frozen=True, slots=True)
 class _ProbeAnswer:
     kind: Literal["resuming", "none", "pending", "error"]
-    reply: Reply | None = None
+    reply: ReplyControl | None = None
     error: ClientError | None = None
 
 
@@ -222,19 +223,19 @@ class ChatClient:
         self._reader: asyncio.Task[None] | None = None
         self._recovery: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._replies: dict[str, Reply] = {}
+        self._replies: dict[str, ReplyControl] = {}
         self._recent: deque[str] = deque(maxlen=_RECENT_REPLIES)
-        self._acked: dict[str, Reply] = {}
+        self._acked: dict[str, ReplyControl] = {}
         self._sends = 0
         self._ack_at: dict[str, int] = {}
         self._probe_sent: dict[str, int] = {}
-        self._offered: Reply | None = None
+        self._offered: ReplyControl | None = None
         self._probes: dict[str, _Probe] = {}
         self._resume_lock = asyncio.Lock()
-        self._last_op: Reply | _Probe | _BranchOp | None = None
+        self._last_op: ReplyControl | _Probe | _BranchOp | None = None
         self._transcript_version = 0
         self._continuations = 0
-        self._last_continuation: Reply | None = None
+        self._last_continuation: ReplyControl | None = None
         self._branch = branch_query(branch) or MAIN_BRANCH
         self._branch_lock = asyncio.Lock()
         self._branch_op: _BranchOp | None = None
@@ -366,7 +367,7 @@ class ChatClient:
     @property
     def replies(self) -> list[Reply]:
         """The replies that have not ended yet, own and observed, oldest first."""
-        return list(self._replies.values())
+        return [control.reply for control in self._replies.values()]
 
     @property
     def branch(self) -> str:
@@ -425,7 +426,8 @@ class ChatClient:
             "parts": [{"type": "text", "text": text}],
         }
         self._set_messages([*self.messages, user])
-        return await self._request("submit-message", user["id"], body)
+        control = await self._request("submit-message", user["id"], body)
+        return control.reply
 
     async def regenerate(self, *, body: Mapping[str, Any] | None = None) -> Reply:
         """Ask for a new answer to the last user message.
@@ -460,13 +462,14 @@ class ChatClient:
         )
         self._set_messages(self.messages[: last_user + 1])
         user_id = self.messages[last_user].get("id")
-        return await self._request(
+        control = await self._request(
             "regenerate-message",
             user_id if isinstance(user_id, str) else None,
             body,
             stale_ids=dropped,
             may_fork=True,
         )
+        return control.reply
 
     async def edit(
         self, message_id: str, text: str, *, body: Mapping[str, Any] | None = None
@@ -495,9 +498,10 @@ class ChatClient:
         """
         transcript, dropped = edit_transcript(self.messages, message_id, text)
         self._set_messages(transcript)
-        return await self._request(
+        control = await self._request(
             "submit-message", message_id, body, stale_ids=dropped, may_fork=True
         )
+        return control.reply
 
     async def cancel(self, request_id: str | None = None) -> str | None:
         """Ask the server to cancel a running reply (`cf_agent_chat_request_cancel`).
@@ -832,6 +836,24 @@ class ChatClient:
             ClientError: the server's error (`unknown_tool_call` for a call the chat does not
                 have); `closed` if the client is closed.
         """
+        control = await self._tool_output(
+            tool_call_id,
+            output,
+            tool_name=tool_name,
+            auto_continue=auto_continue,
+            client_tools=client_tools,
+        )
+        return control.reply if control is not None else None
+
+    async def _tool_output(
+        self,
+        tool_call_id: str,
+        output: Any,
+        *,
+        tool_name: str | None,
+        auto_continue: bool = True,
+        client_tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> ReplyControl | None:
         frame = self._tool_result_frame(tool_call_id, tool_name, client_tools)
         frame.update(output=output, autoContinue=auto_continue)
         expected = self._apply_locally(
@@ -900,7 +922,8 @@ class ChatClient:
         expected = self._apply_locally(
             tool_call_id, lambda part: apply_tool_approval(part, approved)
         )
-        return await self._answer(frame, expected=auto_continue and expected)
+        control = await self._answer(frame, expected=auto_continue and expected)
+        return control.reply if control is not None else None
 
     def _tool_result_frame(
         self,
@@ -934,7 +957,7 @@ class ChatClient:
             self._set_messages(replace_part(self.messages, where, updated))
         return will_continue(self.messages[index])
 
-    async def _answer(self, frame: JSONDict, *, expected: bool) -> Reply | None:
+    async def _answer(self, frame: JSONDict, *, expected: bool) -> ReplyControl | None:
         """Send a tool answer and return the continuation it starts, if it starts one."""
         seen = self._continuations
         if not expected:
@@ -945,32 +968,34 @@ class ChatClient:
         for _ in range(_FOLLOW_TURNS):
             if reply is None:
                 break
-            await reply._started()
-            if reply.continuation:
+            await reply.started()
+            if reply.reply.continuation:
                 return self._tool_reply(reply)
             # Another turn runs (or ran); the continuation is queued behind it.
-            await reply.wait()
+            await reply.reply.wait()
             reply = await self._probe()
         if self._continuations > seen and self._last_continuation is not None:
             # It ran so fast that it had ended before the server answered the probe.
             return self._tool_reply(self._last_continuation)
         return None
 
-    def _tool_reply(self, reply: Reply) -> Reply:
+    def _tool_reply(self, reply: ReplyControl) -> ReplyControl:
         """A reply whose tool calls the `on_tool_call` hook answers (if there is a hook)."""
-        if self._on_tool_call is not None and reply._follow is None:
-            reply._follow = asyncio.get_running_loop().create_future()
-            self._spawn(self._answer_tool_calls(reply, reply._follow))
+        if self._on_tool_call is not None and reply.follow is None:
+            reply.follow = asyncio.get_running_loop().create_future()
+            self._spawn(self._answer_tool_calls(reply, reply.follow))
         return reply
 
-    async def _answer_tool_calls(self, reply: Reply, follow: asyncio.Future[Reply | None]) -> None:
+    async def _answer_tool_calls(
+        self, reply: ReplyControl, follow: asyncio.Future[ReplyControl | None]
+    ) -> None:
         """Run the `on_tool_call` hook on the client tool calls a reply ended with."""
-        continuation: Reply | None = None
+        continuation: ReplyControl | None = None
         try:
-            if await reply.wait() != "completed" or self._on_tool_call is None:
+            if await reply.reply.wait() != "completed" or self._on_tool_call is None:
                 return
             hook = self._on_tool_call
-            message_id = reply.message_id
+            message_id = reply.reply.message_id
             calls = [
                 call
                 for call in self.pending_tool_calls()
@@ -988,7 +1013,7 @@ class ChatClient:
                         call.tool_call_id, answer.text, tool_name=call.tool_name
                     )
                 elif answer is not None:
-                    answered = await self.add_tool_output(
+                    answered = await self._tool_output(
                         call.tool_call_id, answer, tool_name=call.tool_name
                     )
                     continuation = answered or continuation
@@ -1028,7 +1053,8 @@ class ChatClient:
             ClientError: the server's `durachat_error` for the request, or `disconnected` if
                 the socket dropped while waiting.
         """
-        return await self._probe(answer_timeout=answer_timeout, pending_timeout=pending_timeout)
+        control = await self._probe(answer_timeout=answer_timeout, pending_timeout=pending_timeout)
+        return control.reply if control is not None else None
 
     async def _probe(
         self,
@@ -1036,7 +1062,7 @@ class ChatClient:
         *,
         answer_timeout: float = 5.0,
         pending_timeout: float | None = 60.0,
-    ) -> Reply | None:
+    ) -> ReplyControl | None:
         """Send `before` (if any), then a resume probe; see `resume`.
 
         Server errors after `before` was sent are its errors (the probe is the operation they
@@ -1108,7 +1134,7 @@ class ChatClient:
         *,
         stale_ids: frozenset[str] = frozenset(),
         may_fork: bool = False,
-    ) -> Reply:
+    ) -> ReplyControl:
         request_id = new_request_id()
         payload = {"messages": self.messages, "trigger": trigger, **(body or {})}
         frame = {
@@ -1116,16 +1142,16 @@ class ChatClient:
             "init": {"method": "POST", "body": json.dumps(payload)},
             "type": MessageType.USE_CHAT_REQUEST.value,
         }
-        reply = Reply(
+        reply = new_reply(
             request_id,
             observed=False,
             user_message_id=user_message_id,
             canceller=self.cancel,
             branch=self._branch,
         )
-        reply._may_fork = may_fork
-        reply._request_frame = frame
-        reply._stale_ids = stale_ids
+        reply.may_fork = may_fork
+        reply.request_frame = frame
+        reply.stale_ids = stale_ids
         # Registered before sending: the first chunk may arrive before `send` returns.
         self._replies[request_id] = reply
         self._last_op = reply
@@ -1203,7 +1229,7 @@ class ChatClient:
 
     def _use(self, ws: ClientConnection) -> None:
         for reply in self._replies.values():
-            reply._repair_requested = False
+            reply.new_socket()
         self._ws = ws
         self._acked = {}
         self._sends = 0
@@ -1267,20 +1293,20 @@ class ChatClient:
         try:
             followed: set[str] = set()
             while True:
-                reply = await self.resume()
+                reply = await self._probe()
                 if reply is None or reply.request_id in followed:
                     break
                 followed.add(reply.request_id)
                 if not any(r is not reply for r in self._replies.values()):
                     return
                 # Other replies are queued behind this one or ended while we were away.
-                await reply.wait()
+                await reply.reply.wait()
             for straggler in list(self._replies.values()):
                 if straggler.request_id in self._acked:
                     continue
                 # The server replays a stream it still buffers; otherwise it answers with a
                 # bare `done` and the transcript tells how the reply ended.
-                straggler._begin_replay(recovering=True)
+                straggler.begin_replay(recovering=True)
                 self._acked[straggler.request_id] = straggler
                 await self._send(
                     {"type": MessageType.STREAM_RESUME_ACK.value, "id": straggler.request_id},
@@ -1301,7 +1327,7 @@ class ChatClient:
             self._closed = error
         self._connected.set()  # wakes senders, which then see `_closed`
         for reply in list(self._replies.values()):
-            reply._finish("error", error)
+            reply.finish("error", error)
             self._retire(reply)
         for probe in self._probes.values():
             probe.answers.put_nowait(_ProbeAnswer("error", error=error))
@@ -1383,30 +1409,27 @@ class ChatClient:
                 return
             reply = self._observe(request_id)
         seed = None
-        if frame.get("continuation") is True and reply._needs_seed:
+        if frame.get("continuation") is True and reply.needs_seed:
             seed = next((m for m in reversed(self.messages) if m.get("role") == "assistant"), None)
-        was_continuation = reply.continuation
-        if reply._handle(frame, seed):
+        was_continuation = reply.reply.continuation
+        if reply.handle(frame, seed):
             self._merge(reply)
-        if reply.continuation and not was_continuation:
+        if reply.reply.continuation and not was_continuation:
             self._continuations += 1
             self._last_continuation = reply
-        if reply._gap:
-            reply._gap = False
-            reply._repair_requested = True
+        if reply.take_gap():
             await self._ack(ws, reply)
-        if reply._orphaned:
-            reply._orphaned = False
+        if reply.take_orphaned():
             self._spawn(self._settle_from_history(reply))
         if reply.done:
             self._retire(reply)
 
-    def _observe(self, request_id: str) -> Reply:
-        reply = Reply(request_id, observed=True, canceller=self.cancel, branch=self._branch)
+    def _observe(self, request_id: str) -> ReplyControl:
+        reply = new_reply(request_id, observed=True, canceller=self.cancel, branch=self._branch)
         self._replies[request_id] = reply
         if self._on_reply is not None:
             try:
-                self._on_reply(reply)
+                self._on_reply(reply.reply)
             except Exception:
                 log.exception("chat %s: on_reply hook failed", self.name)
         return reply
@@ -1434,9 +1457,9 @@ class ChatClient:
             await self._ack(ws, reply)
         self._answer_probes(frame, _ProbeAnswer("resuming", reply=reply))
 
-    async def _ack(self, ws: ClientConnection, reply: Reply) -> None:
+    async def _ack(self, ws: ClientConnection, reply: ReplyControl) -> None:
         """Acknowledge a stream on this socket: the server replays it, then goes on live."""
-        reply._begin_replay()
+        reply.begin_replay()
         self._acked[reply.request_id] = reply
         await self._send_on(
             ws,
@@ -1478,12 +1501,8 @@ class ChatClient:
             op.fail(error)
         elif isinstance(op, _Probe):
             op.answers.put_nowait(_ProbeAnswer("error", error=error))
-        elif isinstance(op, Reply):
-            if not op.done and not op._received:
-                op._finish("error", error)
-                self._retire(op)
-            elif op.outcome == "error" and not op.chunks:
-                op.error = error
+        elif isinstance(op, ReplyControl) and op.reject(error):
+            self._retire(op)
 
     def _on_switched(self, frame: JSONDict) -> None:
         """`durachat_branch_switched`: the connection views another branch from now on."""
@@ -1500,9 +1519,9 @@ class ChatClient:
             fresh = [
                 r
                 for r in self._replies.values()
-                if not r.observed and not r._received and r.branch == self._branch
+                if not r.reply.observed and not r.received and r.branch == self._branch
             ]
-            moved = next((r for r in fresh if r._may_fork), fresh[0] if fresh else None)
+            moved = next((r for r in fresh if r.may_fork), fresh[0] if fresh else None)
             if moved is not None:
                 moved.branch = new
         self._view(new)
@@ -1545,8 +1564,8 @@ class ChatClient:
         self._transcript_version += 1
         for reply in list(self._replies.values()):
             if reply.branch != branch:
-                reply._detached = True
-                reply._finish(
+                reply.detach()
+                reply.finish(
                     "error",
                     ClientError(
                         "left_branch",
@@ -1580,7 +1599,7 @@ class ChatClient:
         messages[index] = message
         self._set_messages(messages)
 
-    async def _settle_from_history(self, reply: Reply, *, final: bool = False) -> None:
+    async def _settle_from_history(self, reply: ReplyControl, *, final: bool = False) -> None:
         """End a reply whose stream the server no longer had after a reconnect."""
         version = self._transcript_version
         try:
@@ -1588,25 +1607,25 @@ class ChatClient:
                 self.base_url, self.agent, self.name, branch=reply.branch, http=self._http
             )
         except ClientError as exc:
-            reply._finish("error", ClientError("lost", f"the reply was lost: {exc.message}"))
+            reply.finish("error", ClientError("lost", f"the reply was lost: {exc.message}"))
             self._retire(reply)
             return
         answer = self._answer_to(messages, reply)
-        if answer is None and not final and reply._request_frame is not None:
+        if answer is None and not final and reply.request_frame is not None:
             # Not answered yet. The server may not have had the request when it said it was
             # idle (it was still on its way), or may never have got it. Wait for the turn's
             # frames, which now come live; resend a request that never arrived (the server
             # knows a request by its id, so a copy still in flight is not run twice).
-            reply._recovering = False
+            reply.recovering = False
             stored = {m.get("id") for m in messages}
-            if reply.user_message_id not in stored or reply._stale_ids & stored:
-                await self._send(reply._request_frame)
+            if reply.reply.user_message_id not in stored or reply.stale_ids & stored:
+                await self._send(reply.request_frame)
             self._spawn(self._await_turn(reply))
             return
         if answer is not None:
-            reply._adopt(answer)
+            reply.adopt(answer)
         else:
-            reply._finish(
+            reply.finish(
                 "error", ClientError("lost", "the connection dropped and the reply was lost")
             )
         self._retire(reply)
@@ -1614,15 +1633,16 @@ class ChatClient:
         if version == self._transcript_version and reply.branch == self._branch:
             self._set_transcript(messages)
 
-    async def _await_turn(self, reply: Reply) -> None:
+    async def _await_turn(self, reply: ReplyControl) -> None:
         try:
             async with asyncio.timeout(_TURN_WAIT):
-                await reply.wait()
+                await reply.reply.wait()
         except TimeoutError:
             await self._settle_from_history(reply, final=True)
 
     @staticmethod
-    def _answer_to(messages: list[UIMessage], reply: Reply) -> UIMessage | None:
+    def _answer_to(messages: list[UIMessage], control: ReplyControl) -> UIMessage | None:
+        reply = control.reply
         ids = [m.get("id") for m in messages]
         if reply.message_id is not None and reply.message_id in ids:
             return messages[ids.index(reply.message_id)]
@@ -1631,7 +1651,7 @@ class ChatClient:
             if (
                 following < len(messages)
                 and messages[following].get("role") == "assistant"
-                and ids[following] not in reply._stale_ids
+                and ids[following] not in control.stale_ids
             ):
                 return messages[following]
         return None
@@ -1651,20 +1671,18 @@ class ChatClient:
     def _clear_transcript(self) -> None:
         # Replies running now belong to the cleared chat: they must not come back into it.
         for reply in self._replies.values():
-            reply._detached = True
+            reply.detach()
         self._set_transcript([])
 
-    def _merge(self, reply: Reply) -> None:
-        accumulator = reply._accumulator
-        if accumulator is not None and not reply._detached:
-            self.messages = accumulator.merge_into(self.messages)
+    def _merge(self, reply: ReplyControl) -> None:
+        self.messages = reply.merge_into(self.messages)
 
-    def _retire(self, reply: Reply) -> None:
+    def _retire(self, reply: ReplyControl) -> None:
         if self._replies.get(reply.request_id) is reply:
             del self._replies[reply.request_id]
             self._recent.append(reply.request_id)
 
-    def _take_offered(self) -> Reply | None:
+    def _take_offered(self) -> ReplyControl | None:
         reply, self._offered = self._offered, None
         return reply
 
