@@ -322,7 +322,7 @@ async def test_replies_left_on_the_old_branch_end() -> None:
         reply = await client.send("slow")
         async with asyncio.timeout(5):
             await started.wait()
-            await reply._started()
+        await eventually(lambda: _now(bool(reply.chunks)))
         await client.switch_branch("alt idea")
         assert reply.done and reply.outcome == "error"
         assert reply.error is not None and reply.error.code == "left_branch"

@@ -18,24 +18,20 @@ Branches: `ChatClient.connect(..., branch=...)` views a branch; `client.branch`,
 `delete_branch` and `fork_conversation`.
 """
 
-from durachat.client.chat import (
-    MAIN_BRANCH,
-    BranchRef,
-    ChatClient,
-    Connecting,
-    FrameHook,
-    ReplyHook,
-    branch_query,
-    edit_transcript,
-    fetch_history,
-    http_url,
-    is_branch,
-    new_message_id,
-    socket_url,
-)
+from durachat.client.chat import ChatClient, Connecting, FrameHook, ReplyHook
 from durachat.client.errors import ClientError
 from durachat.client.reply import OUTCOMES, Outcome, Reply, message_text
 from durachat.client.tools import ToolCall, ToolCallHook, WaitingState
+from durachat.client.transcript import edit_transcript, new_message_id
+from durachat.client.urls import (
+    MAIN_BRANCH,
+    BranchRef,
+    branch_query,
+    fetch_history,
+    http_url,
+    is_branch,
+    socket_url,
+)
 
 __all__ = [
     "MAIN_BRANCH",

@@ -18,9 +18,10 @@ from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
 from typing import Any, TextIO, TypeVar
 
-from durachat.client.chat import MAIN_BRANCH, ChatClient, branch_query, fetch_history, is_branch
+from durachat.client.chat import ChatClient
 from durachat.client.errors import ClientError
 from durachat.client.reply import Outcome, Reply, message_text
+from durachat.client.urls import MAIN_BRANCH, branch_query, fetch_history, is_branch
 from durachat.types import JSONDict, UIMessage
 
 T = TypeVar("T")

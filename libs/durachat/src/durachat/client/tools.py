@@ -1,4 +1,5 @@
-"""Tool calls waiting for the client: what `ChatClient.pending_tool_calls` finds (PROTOCOL §8.4)."""
+"""Tool calls waiting for the client: what `ChatClient.pending_tool_calls` finds (client tools
+and calls that need approval, see docs/agents.md#client-tools)."""
 
 from __future__ import annotations
 
@@ -140,7 +141,7 @@ def will_continue(message: UIMessage) -> bool:
     """Tell whether the server continues after an answer that left `message` as it is now.
 
     The server holds the continuation back while a parallel batch of calls is only partly
-    answered (PROTOCOL §8.3).
+    answered (docs/protocol.md#continuations).
 
     Args:
         message: The assistant message holding the answered call.
