@@ -1,4 +1,5 @@
-"""Fencing (DESIGN §4): claims raise the epoch, and writers with an older epoch apply nothing."""
+"""Fencing (docs/architecture.md#ownership): claims raise the epoch, and writers with an older
+epoch apply nothing."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 
 @dataclass(frozen=True, slots=True)
 class ConversationKey:
-    """The identity of a conversation: `(tenant, agent, name)` (DESIGN §3).
+    """The identity of a conversation: `(tenant, agent, name)` (docs/architecture.md#storage).
 
     Raises:
         ValueError: a part is empty or longer than 512 characters.
@@ -92,7 +92,7 @@ class StoredMessage:
 
 @dataclass(frozen=True, slots=True)
 class TurnRecord:
-    """A turn as stored (DESIGN §9).
+    """A turn as stored (docs/architecture.md#storage, docs/recovery.md).
 
     Attributes:
         request_id: the client's request id; turns are idempotent by it.
@@ -180,7 +180,7 @@ class IncidentRecord:
 
 @dataclass(frozen=True, slots=True)
 class BranchRecord:
-    """A branch: a named pointer to a leaf of the conversation's message tree (DESIGN §7).
+    """A branch: a named pointer to a leaf of the conversation's message tree (docs/branching.md).
 
     Attributes:
         id: the branch's stable public id (never reused).

@@ -57,8 +57,9 @@ class Store(TurnReads):
     """The SQL store of conversations, their message trees, branches and turns.
 
     All writes to a conversation's content go through `transaction`, which is fenced by the
-    conversation's epoch (DESIGN §4); `claim` raises the epoch for a new owner. Reads are not
-    fenced. Every method may raise `DatabaseUnavailableError` (retryable) or `StoreError`.
+    conversation's epoch (docs/architecture.md#ownership); `claim` raises the epoch for a new
+    owner. Reads are not fenced. Every method may raise `DatabaseUnavailableError` (retryable)
+    or `StoreError`.
 
     The store owns its engine: `close` disposes it. Use it as an async context manager or call
     `close` at shutdown.
