@@ -257,3 +257,14 @@ def check_branch_name(name: str) -> None:
         raise ValueError(
             f"branch name {name!r} must not have surrounding whitespace or control characters"
         )
+
+
+def message_columns(message: dict[str, Any]) -> dict[str, Any]:
+    """Return the message row's derived columns, validating the UIMessage's `id` and `role`."""
+    message_id = message.get("id") if isinstance(message, dict) else None
+    role = message.get("role") if isinstance(message, dict) else None
+    if not isinstance(message_id, str) or not message_id:
+        raise ValueError(f"message needs a non-empty string 'id': {message!r:.200}")
+    if not isinstance(role, str) or not role:
+        raise ValueError(f"message {message_id!r} needs a non-empty string 'role'")
+    return {"message_id": message_id, "role": role, "body": message}

@@ -11,7 +11,7 @@ from sqlalchemy.orm import aliased
 
 from durachat_infra.store._branch_writes import BranchWrites
 from durachat_infra.store._record_writes import RecordWrites
-from durachat_infra.store._records import MAIN_BRANCH, BranchRef
+from durachat_infra.store._records import MAIN_BRANCH, BranchRef, message_columns
 from durachat_infra.store._transaction_core import fence
 from durachat_infra.store._types import utcnow
 from durachat_infra.store.errors import StoreError, UnknownBranchError
@@ -65,7 +65,7 @@ class FencedTransaction(BranchWrites, RecordWrites):
             ValueError: a message has no string `id` or `role`.
             StoreError: `parent_pk` is not a message of this conversation.
         """
-        rows = [_columns(message) for message in messages]
+        rows = [message_columns(message) for message in messages]
         if not rows:
             return []
         async with self._op("insert messages") as conn:
@@ -103,7 +103,7 @@ class FencedTransaction(BranchWrites, RecordWrites):
             ValueError: `message` has no string `id` or `role`.
             StoreError: `pk` is not a message of this conversation.
         """
-        row = _columns(message)
+        row = message_columns(message)
         async with self._op("update message") as conn:
             result = await conn.execute(
                 update(Message)
@@ -232,14 +232,3 @@ async def _ancestors(conn: AsyncConnection, pk: int) -> set[int]:
     parent = aliased(Message)
     up = up.union_all(select(parent.id, parent.parent_id).where(parent.id == up.c.parent_id))
     return set((await conn.scalars(select(up.c.id))).all())
-
-
-def _columns(message: dict[str, Any]) -> dict[str, Any]:
-    """Return the message row's derived columns, validating the UIMessage's `id` and `role`."""
-    message_id = message.get("id") if isinstance(message, dict) else None
-    role = message.get("role") if isinstance(message, dict) else None
-    if not isinstance(message_id, str) or not message_id:
-        raise ValueError(f"message needs a non-empty string 'id': {message!r:.200}")
-    if not isinstance(role, str) or not role:
-        raise ValueError(f"message {message_id!r} needs a non-empty string 'role'")
-    return {"message_id": message_id, "role": role, "body": message}
