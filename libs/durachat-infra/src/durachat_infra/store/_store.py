@@ -6,7 +6,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import (
     Integer,
@@ -412,11 +412,3 @@ async def _copy_path(conn: AsyncConnection, leaf_pk: int | None, target: int) ->
         select(Message.id).where(Message.conversation_id == target, Message.seq == length - 1)
     )
     return leaf
-
-
-if TYPE_CHECKING:
-    # The SQL adapter implements the store port (checked by mypy, not at run time).
-    from durachat_infra.store.port import StorePort, TransactionPort
-
-    _STORE: type[StorePort] = Store
-    _TRANSACTION: type[TransactionPort] = FencedTransaction

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from durachat_infra.store._memory_data import (
     BranchRow,
@@ -336,11 +336,3 @@ class MemoryStore:
 
 def _named(state: ConversationState, name: str) -> BranchRow | None:
     return next((row for row in state.branches.values() if row.name == name), None)
-
-
-if TYPE_CHECKING:
-    # The in-memory adapter implements the store port (checked by mypy).
-    from durachat_infra.store.port import StorePort, TransactionPort
-
-    _STORE: type[StorePort] = MemoryStore
-    _TRANSACTION: type[TransactionPort] = MemoryTransaction

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from durachat_infra.store._records import (
     MAIN_BRANCH,
@@ -270,3 +270,13 @@ class StorePort(Protocol):
     async def close(self) -> None:
         """Release the backend's resources; the store is not used afterwards."""
         ...
+
+
+if TYPE_CHECKING:
+    # Both adapters implement the port (checked by mypy, not at run time).
+    from durachat_infra.store._store import Store
+    from durachat_infra.store._transaction import FencedTransaction
+    from durachat_infra.store.memory import MemoryStore, MemoryTransaction
+
+    _STORES: tuple[type[StorePort], ...] = (Store, MemoryStore)
+    _TRANSACTIONS: tuple[type[TransactionPort], ...] = (FencedTransaction, MemoryTransaction)
