@@ -33,6 +33,8 @@ from durachat_infra.store import (
 from durachat_infra.store._engine import create_engine
 from durachat_infra.store._migrate import alembic_config
 from durachat_infra.store.models import Message
+from durachat_infra.store.port import StorePort
+from support.store_backends import StoreBackend
 
 EPOCH = 1
 
@@ -46,39 +48,33 @@ def role_of(message_id: str) -> str:
 
 
 @pytest.fixture
-async def conv(store: Store) -> Conversation:
+async def conv(store: StorePort) -> Conversation:
     conv = await store.get_or_create_conversation(ConversationKey("default", "agent", "branches"))
     await store.claim(conv.id, EPOCH)
     return conv
 
 
-async def chain(store: Store, conv: Conversation, parent: int | None, *ids: str) -> list[int]:
+async def chain(store: StorePort, conv: Conversation, parent: int | None, *ids: str) -> list[int]:
     """Insert messages `ids` as a chain below `parent`; returns their keys."""
     async with store.transaction(conv.id, EPOCH) as tx:
         return await tx.insert_chain(parent, [msg(i, role_of(i)) for i in ids])
 
 
-async def point(store: Store, conv: Conversation, branch: str, leaf: int | None) -> None:
+async def point(store: StorePort, conv: Conversation, branch: str, leaf: int | None) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         await tx.set_leaf(branch, leaf)
 
 
-async def path_of(store: Store, conv: Conversation, branch: int | str) -> list[str] | None:
+async def path_of(store: StorePort, conv: Conversation, branch: int | str) -> list[str] | None:
     path = await store.branch_path(conv.id, branch)
     return None if path is None else [m.message_id for m in path]
 
 
-async def all_message_ids(store: Store, conv: Conversation) -> list[str]:
-    async with store.engine.connect() as conn:
-        rows = await conn.scalars(
-            select(Message.message_id)
-            .where(Message.conversation_id == conv.id)
-            .order_by(Message.seq)
-        )
-        return list(rows)
+async def all_message_ids(backend: StoreBackend, conv: Conversation) -> list[str]:
+    return await backend.message_ids(conv.id)
 
 
-async def branch(store: Store, conv: Conversation, ref: int | str) -> BranchRecord:
+async def branch(store: StorePort, conv: Conversation, ref: int | str) -> BranchRecord:
     found = await store.get_branch(conv.id, ref)
     assert found is not None
     return found
@@ -87,7 +83,9 @@ async def branch(store: Store, conv: Conversation, ref: int | str) -> BranchReco
 # Reading branches.
 
 
-async def test_every_conversation_lists_its_main_branch(store: Store, conv: Conversation) -> None:
+async def test_every_conversation_lists_its_main_branch(
+    store: StorePort, conv: Conversation
+) -> None:
     [main] = await store.list_branches(conv.id)
 
     assert main.name == MAIN_BRANCH
@@ -101,7 +99,7 @@ async def test_every_conversation_lists_its_main_branch(store: Store, conv: Conv
 
 
 async def test_unknown_branches_and_conversations_read_as_none(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     assert await store.get_branch(conv.id, "nope") is None
     assert await store.get_branch(conv.id, 987654) is None
@@ -115,7 +113,7 @@ async def test_unknown_branches_and_conversations_read_as_none(
 
 
 async def test_a_branch_id_of_another_conversation_is_unknown_here(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     other = await store.get_or_create_conversation(ConversationKey("default", "agent", "other"))
     [other_main] = await store.list_branches(other.id)
@@ -125,7 +123,7 @@ async def test_a_branch_id_of_another_conversation_is_unknown_here(
 
 
 async def test_the_branch_list_reports_leaves_parents_and_fork_points(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     u1, a1, _u2, a2 = await chain(store, conv, None, "u1", "a1", "u2", "a2")
     await point(store, conv, MAIN_BRANCH, a2)
@@ -155,7 +153,9 @@ async def test_the_branch_list_reports_leaves_parents_and_fork_points(
     assert [m.pk for m in await store.branch_path(conv.id, "alt") or []] == [u1, a1, u2b, a2b]
 
 
-async def test_moving_a_leaf_updates_the_branch_timestamp(store: Store, conv: Conversation) -> None:
+async def test_moving_a_leaf_updates_the_branch_timestamp(
+    store: StorePort, conv: Conversation
+) -> None:
     before = await branch(store, conv, MAIN_BRANCH)
     [u1] = await chain(store, conv, None, "u1")
     await point(store, conv, MAIN_BRANCH, u1)
@@ -171,7 +171,7 @@ async def test_moving_a_leaf_updates_the_branch_timestamp(store: Store, conv: Co
 
 
 async def test_siblings_are_the_children_of_the_parent_in_sequence_order(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     u1, _a1 = await chain(store, conv, None, "u1", "a1")
     [_a1b] = await chain(store, conv, u1, "a1b")
@@ -188,7 +188,7 @@ async def test_siblings_are_the_children_of_the_parent_in_sequence_order(
 
 
 async def test_siblings_of_roots_and_of_a_repeated_id_follow_the_branch(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     # An edit of the first message with the same id: two roots called u1.
     first = await chain(store, conv, None, "u1", "a1")
@@ -203,7 +203,9 @@ async def test_siblings_of_roots_and_of_a_repeated_id_follow_the_branch(
     assert await store.siblings(conv.id, "a1x", "edit") == Siblings(("a1x",), 0)
 
 
-async def test_siblings_do_not_see_other_conversations(store: Store, conv: Conversation) -> None:
+async def test_siblings_do_not_see_other_conversations(
+    store: StorePort, conv: Conversation
+) -> None:
     other = await store.get_or_create_conversation(ConversationKey("default", "agent", "other"))
     await store.claim(other.id, EPOCH)
     async with store.transaction(other.id, EPOCH) as tx:
@@ -218,7 +220,7 @@ async def test_siblings_do_not_see_other_conversations(store: Store, conv: Conve
 
 
 async def test_create_branch_forks_at_a_message_of_the_source_branch(
-    store: Store, conv: Conversation
+    store: StorePort, backend: StoreBackend, conv: Conversation
 ) -> None:
     pks = await chain(store, conv, None, "u1", "a1", "u2", "a2")
     await point(store, conv, MAIN_BRANCH, pks[-1])
@@ -237,11 +239,33 @@ async def test_create_branch_forks_at_a_message_of_the_source_branch(
     assert await path_of(store, conv, "at-leaf") == ["u1", "a1", "u2", "a2"]
     assert await path_of(store, conv, "nested") == ["u1"]
     assert await path_of(store, conv, MAIN_BRANCH) == ["u1", "a1", "u2", "a2"]
-    assert len(await all_message_ids(store, conv)) == 4
+    assert len(await all_message_ids(backend, conv)) == 4
+
+
+async def test_create_branch_at_root_starts_empty_above_the_first_message(
+    store: StorePort, conv: Conversation
+) -> None:
+    pks = await chain(store, conv, None, "u1", "a1")
+    await point(store, conv, MAIN_BRANCH, pks[-1])
+    main = await branch(store, conv, MAIN_BRANCH)
+
+    async with store.transaction(conv.id, EPOCH) as tx:
+        edit = await tx.create_branch("edit", fork_message_id="a1", at_root=True)
+        [u1b] = await tx.insert_chain(None, [msg("u1", text="edited")])
+        await tx.set_leaf(edit.id, u1b)
+
+    assert (edit.leaf_message_id, edit.fork_message_id, edit.parent_branch_id) == (
+        None,
+        None,
+        main.id,
+    )
+    assert await store.transcript(conv.key, "edit") == [msg("u1", text="edited")]
+    assert await store.siblings(conv.id, "u1", "edit") == Siblings(("u1", "u1"), 1)
+    assert await path_of(store, conv, MAIN_BRANCH) == ["u1", "a1"]
 
 
 async def test_create_branch_from_an_empty_branch_is_empty(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         created = await tx.create_branch("blank")
@@ -251,7 +275,7 @@ async def test_create_branch_from_an_empty_branch_is_empty(
 
 
 async def test_create_branch_refuses_taken_names_unknown_sources_and_foreign_messages(
-    store: Store, conv: Conversation
+    store: StorePort, backend: StoreBackend, conv: Conversation
 ) -> None:
     u1, a1 = await chain(store, conv, None, "u1", "a1")
     await chain(store, conv, u1, "a1b")  # in the tree, off main's path
@@ -274,13 +298,13 @@ async def test_create_branch_refuses_taken_names_unknown_sources_and_foreign_mes
             await tx.create_branch("x", fork_message_id="a1b")
 
     assert [b.name for b in await store.list_branches(conv.id)] == [MAIN_BRANCH, "alt"]
-    assert await all_message_ids(store, conv) == ["u1", "a1", "a1b"]
+    assert await all_message_ids(backend, conv) == ["u1", "a1", "a1b"]
 
 
 @pytest.mark.parametrize(
     "bad", ["", "12", "0", " lead", "trail ", "tab\tname", "x" * 201, "new\nline"]
 )
-async def test_branch_names_are_validated(store: Store, conv: Conversation, bad: str) -> None:
+async def test_branch_names_are_validated(store: StorePort, conv: Conversation, bad: str) -> None:
     with pytest.raises(ValueError):
         check_branch_name(bad)
     with pytest.raises(ValueError):
@@ -301,7 +325,7 @@ def test_branch_references_read_digits_as_ids() -> None:
     check_branch_name("ünïcode ✓")
 
 
-async def test_branch_writes_are_fenced(store: Store, conv: Conversation) -> None:
+async def test_branch_writes_are_fenced(store: StorePort, conv: Conversation) -> None:
     await store.claim(conv.id, EPOCH + 1)
 
     with pytest.raises(FencedError):
@@ -311,7 +335,7 @@ async def test_branch_writes_are_fenced(store: Store, conv: Conversation) -> Non
     assert [b.name for b in await store.list_branches(conv.id)] == [MAIN_BRANCH]
 
 
-async def test_rename_branch_by_id_or_name(store: Store, conv: Conversation) -> None:
+async def test_rename_branch_by_id_or_name(store: StorePort, conv: Conversation) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         created = await tx.create_branch("draft")
     async with store.transaction(conv.id, EPOCH) as tx:
@@ -328,7 +352,7 @@ async def test_rename_branch_by_id_or_name(store: Store, conv: Conversation) -> 
 
 
 async def test_rename_branch_refuses_main_taken_names_and_unknown_branches(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         await tx.create_branch("one")
@@ -352,7 +376,7 @@ async def test_rename_branch_refuses_main_taken_names_and_unknown_branches(
 
 
 async def test_delete_branch_keeps_the_messages_other_branches_reach(
-    store: Store, conv: Conversation
+    store: StorePort, backend: StoreBackend, conv: Conversation
 ) -> None:
     #   u1 - a1 - u2 - a2            main
     #          \- u2b - a2b - u3b    alt (forked at a1)
@@ -373,7 +397,7 @@ async def test_delete_branch_keeps_the_messages_other_branches_reach(
 
     # u3b was only on alt; u2b and a2b stay on side's path.
     assert deleted == 1
-    assert await all_message_ids(store, conv) == ["u1", "a1", "u2", "a2", "u2b", "a2b", "u3c"]
+    assert await all_message_ids(backend, conv) == ["u1", "a1", "u2", "a2", "u2b", "a2b", "u3c"]
     assert await path_of(store, conv, "side") == ["u1", "a1", "u2b", "a2b", "u3c"]
     assert await path_of(store, conv, MAIN_BRANCH) == ["u1", "a1", "u2", "a2"]
     main = await branch(store, conv, MAIN_BRANCH)
@@ -385,12 +409,12 @@ async def test_delete_branch_keeps_the_messages_other_branches_reach(
         deleted = await tx.delete_branch("side")
 
     assert deleted == 3
-    assert await all_message_ids(store, conv) == ["u1", "a1", "u2", "a2"]
+    assert await all_message_ids(backend, conv) == ["u1", "a1", "u2", "a2"]
     assert [b.name for b in await store.list_branches(conv.id)] == [MAIN_BRANCH]
 
 
 async def test_delete_branch_takes_the_alternatives_abandoned_on_it_but_no_others(
-    store: Store, conv: Conversation
+    store: StorePort, backend: StoreBackend, conv: Conversation
 ) -> None:
     #   u1 - a1  (regenerated away on main, reached by no branch)
     #     \- a1b                      main
@@ -407,12 +431,12 @@ async def test_delete_branch_takes_the_alternatives_abandoned_on_it_but_no_other
         deleted = await tx.delete_branch("alt")
 
     assert deleted == 4
-    assert await all_message_ids(store, conv) == ["u1", "a1", "a1b"]
+    assert await all_message_ids(backend, conv) == ["u1", "a1", "a1b"]
     assert await store.siblings(conv.id, "a1b") == Siblings(("a1", "a1b"), 1)
 
 
 async def test_deleting_a_branch_inside_another_deletes_no_message(
-    store: Store, conv: Conversation
+    store: StorePort, backend: StoreBackend, conv: Conversation
 ) -> None:
     pks = await chain(store, conv, None, "u1", "a1", "u2")
     await point(store, conv, MAIN_BRANCH, pks[-1])
@@ -425,11 +449,11 @@ async def test_deleting_a_branch_inside_another_deletes_no_message(
         assert await tx.delete_branch("prefix") == 0
         assert await tx.delete_branch("blank") == 0
 
-    assert await all_message_ids(store, conv) == ["u1", "a1", "u2"]
+    assert await all_message_ids(backend, conv) == ["u1", "a1", "u2"]
 
 
 async def test_delete_branch_refuses_main_and_unknown_branches(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     [u1] = await chain(store, conv, None, "u1")
     await point(store, conv, MAIN_BRANCH, u1)
@@ -447,7 +471,7 @@ async def test_delete_branch_refuses_main_and_unknown_branches(
 
 
 async def test_a_failed_branch_operation_rolls_back_the_whole_transaction(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     with pytest.raises(BranchExistsError):
         async with store.transaction(conv.id, EPOCH) as tx:
@@ -458,7 +482,7 @@ async def test_a_failed_branch_operation_rolls_back_the_whole_transaction(
 
 
 async def test_trim_path_keeps_the_newest_messages_of_a_branch(
-    store: Store, conv: Conversation
+    store: StorePort, backend: StoreBackend, conv: Conversation
 ) -> None:
     #   m0 - m1 - m2 - m3 - m4 - m5     main
     #             \- x3 - x4            other (forked at m2)
@@ -476,11 +500,11 @@ async def test_trim_path_keeps_the_newest_messages_of_a_branch(
     # main keeps m4, m5; m0..m2 stay as other's history, y2 stays where it was; m3 goes.
     assert await path_of(store, conv, MAIN_BRANCH) == ["m4", "m5"]
     assert await path_of(store, conv, "other") == ["m0", "m1", "m2", "x3", "x4"]
-    assert await all_message_ids(store, conv) == ["m0", "m1", "m2", "m4", "m5", "x3", "x4", "y2"]
+    assert await all_message_ids(backend, conv) == ["m0", "m1", "m2", "m4", "m5", "x3", "x4", "y2"]
 
 
 async def test_trim_path_deletes_what_no_branch_reaches_with_what_hangs_below(
-    store: Store, conv: Conversation
+    store: StorePort, backend: StoreBackend, conv: Conversation
 ) -> None:
     pks = await chain(store, conv, None, *(f"m{i}" for i in range(6)))
     await point(store, conv, MAIN_BRANCH, pks[-1])
@@ -495,7 +519,7 @@ async def test_trim_path_deletes_what_no_branch_reaches_with_what_hangs_below(
     assert await path_of(store, conv, MAIN_BRANCH) == ["m3", "m4", "m5"]
     # A branch through the new root is cut with it.
     assert await path_of(store, conv, "late") == ["m3", "m4", "z5"]
-    assert await all_message_ids(store, conv) == ["m3", "m4", "m5", "z5"]
+    assert await all_message_ids(backend, conv) == ["m3", "m4", "m5", "z5"]
     with pytest.raises(ValueError):
         async with store.transaction(conv.id, EPOCH) as tx:
             await tx.trim_path(MAIN_BRANCH, 0)
@@ -505,7 +529,7 @@ async def test_trim_path_deletes_what_no_branch_reaches_with_what_hangs_below(
 
 
 async def test_fork_conversation_copies_a_branch_into_a_new_main(
-    store: Store, conv: Conversation
+    store: StorePort, backend: StoreBackend, conv: Conversation
 ) -> None:
     _u1, a1, _u2, a2 = await chain(store, conv, None, "u1", "a1", "u2", "a2")
     await point(store, conv, MAIN_BRANCH, a2)
@@ -531,7 +555,7 @@ async def test_fork_conversation_copies_a_branch_into_a_new_main(
     assert await store.load_request_context(forked.id) == (None, None)
     # The source is unchanged; the fork continues its own sequence.
     assert await path_of(store, conv, "alt") == ["u1", "a1", "u2b"]
-    assert len(await all_message_ids(store, conv)) == 5
+    assert len(await all_message_ids(backend, conv)) == 5
     await store.claim(forked.id, EPOCH)
     async with store.transaction(forked.id, EPOCH) as tx:
         [a2b] = await tx.insert_chain(path[-1].pk, [msg("a2b", "assistant")])
@@ -540,7 +564,7 @@ async def test_fork_conversation_copies_a_branch_into_a_new_main(
 
 
 async def test_fork_conversation_of_main_by_name_and_of_an_empty_branch(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     pks = await chain(store, conv, None, "u1", "a1")
     await point(store, conv, MAIN_BRANCH, pks[-1])
@@ -559,7 +583,7 @@ async def test_fork_conversation_of_main_by_name_and_of_an_empty_branch(
 
 
 async def test_fork_conversation_refuses_existing_targets_and_unknown_sources(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     [u1] = await chain(store, conv, None, "u1")
     await point(store, conv, MAIN_BRANCH, u1)
@@ -655,7 +679,7 @@ async def test_migration_keeps_existing_conversations_on_main(empty_database_url
 
 
 async def test_fork_conversation_copies_a_long_path_in_order(
-    store: Store, conv: Conversation
+    store: StorePort, backend: StoreBackend, conv: Conversation
 ) -> None:
     ids = [f"{'u' if i % 2 == 0 else 'a'}{i}" for i in range(600)]
     pks = await chain(store, conv, None, *ids[:400])
@@ -670,4 +694,4 @@ async def test_fork_conversation_copies_a_long_path_in_order(
     path = await store.load_path(forked.id)
     assert [m.message_id for m in path] == ids
     assert [m.seq for m in path] == list(range(600))
-    assert await all_message_ids(store, forked) == ids
+    assert await all_message_ids(backend, forked) == ids

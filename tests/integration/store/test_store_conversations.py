@@ -3,32 +3,27 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
-from sqlalchemy import func, select
 
 from durachat_infra.store import (
     MAIN_BRANCH,
     ConversationKey,
-    Store,
     UnknownTenantError,
 )
-from durachat_infra.store.models import Branch
-from durachat_infra.store.models import Conversation as ConversationRow
+from durachat_infra.store.port import StorePort
+from support.store_backends import StoreBackend
 
 KEY = ConversationKey("default", "support-agent", "c-1")
 
 
-async def branch_names(store: Store, conversation_id: int) -> list[str]:
-    async with store.engine.connect() as conn:
-        names = await conn.scalars(
-            select(Branch.name).where(Branch.conversation_id == conversation_id)
-        )
-        return sorted(names)
+async def branch_names(backend: StoreBackend, conversation_id: int) -> list[str]:
+    return sorted(name for name, _ in await backend.branch_leaves(conversation_id))
 
 
-async def test_get_or_create_creates_once_with_a_main_branch(store: Store) -> None:
+async def test_get_or_create_creates_once_with_a_main_branch(
+    store: StorePort, backend: StoreBackend
+) -> None:
     assert await store.find_conversation(KEY) is None
 
     created = await store.get_or_create_conversation(KEY)
@@ -38,11 +33,11 @@ async def test_get_or_create_creates_once_with_a_main_branch(store: Store) -> No
     assert created.epoch == 0
     assert again == created
     assert await store.find_conversation(KEY) == created
-    assert await branch_names(store, created.id) == [MAIN_BRANCH]
+    assert await branch_names(backend, created.id) == [MAIN_BRANCH]
     assert await store.load_path(created.id) == []
 
 
-async def test_conversations_are_distinct_per_tenant_agent_and_name(store: Store) -> None:
+async def test_conversations_are_distinct_per_tenant_agent_and_name(store: StorePort) -> None:
     keys = [
         KEY,
         ConversationKey("default", "other-agent", "c-1"),
@@ -54,11 +49,9 @@ async def test_conversations_are_distinct_per_tenant_agent_and_name(store: Store
     assert len(ids) == 3
 
 
-async def test_racing_creators_get_the_same_conversation(
-    database_url: str, open_store: Callable[[str], Store]
-) -> None:
+async def test_racing_creators_get_the_same_conversation(backend: StoreBackend) -> None:
     # Separate stores have separate pools, like separate shard processes.
-    stores = [open_store(database_url) for _ in range(4)]
+    stores = [backend.open() for _ in range(4)]
     # Open every connection first, so the creators really run side by side.
     await asyncio.gather(*(store.find_conversation(KEY) for store in stores for _ in range(3)))
 
@@ -67,12 +60,11 @@ async def test_racing_creators_get_the_same_conversation(
     )
 
     assert len({conv.id for conv in results}) == 1
-    async with stores[0].engine.connect() as conn:
-        assert await conn.scalar(select(func.count()).select_from(ConversationRow)) == 1
-    assert await branch_names(stores[0], results[0].id) == [MAIN_BRANCH]
+    assert await backend.conversation_count() == 1
+    assert await branch_names(backend, results[0].id) == [MAIN_BRANCH]
 
 
-async def test_unknown_tenant_is_rejected(store: Store) -> None:
+async def test_unknown_tenant_is_rejected(store: StorePort, backend: StoreBackend) -> None:
     key = ConversationKey("no-such-tenant", "agent", "c")
 
     with pytest.raises(UnknownTenantError) as raised:
@@ -80,6 +72,7 @@ async def test_unknown_tenant_is_rejected(store: Store) -> None:
 
     assert raised.value.tenant == "no-such-tenant"
     assert await store.find_conversation(key) is None
+    assert await backend.conversation_count() == 0
 
 
 @pytest.mark.parametrize(

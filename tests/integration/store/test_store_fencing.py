@@ -1,31 +1,26 @@
-"""Fencing (DESIGN §4): claims raise the epoch, and writers with an older epoch apply nothing."""
+"""Fencing (docs/architecture.md#ownership): claims raise the epoch, and writers with an older
+epoch apply nothing."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy import select
 
 from durachat_infra.store import (
     MAIN_BRANCH,
     Conversation,
     ConversationKey,
     FencedError,
-    FencedTransaction,
-    Store,
     StoredMessage,
     StoreError,
     TurnRecord,
 )
-from durachat_infra.store.models import Conversation as ConversationRow
+from durachat_infra.store.port import StorePort, TransactionPort
+from support.store_backends import ConversationColumns, SQLBackend, StoreBackend
 from support.waiting import eventually
-
-if TYPE_CHECKING:
-    from support.databases import Databases
 
 KEY = ConversationKey("default", "agent", "fenced")
 
@@ -35,35 +30,24 @@ def msg(message_id: str, role: str = "user") -> dict[str, Any]:
 
 
 @pytest.fixture
-async def conv(store: Store) -> Conversation:
+async def conv(store: StorePort) -> Conversation:
     return await store.get_or_create_conversation(KEY)
 
 
-State = tuple[tuple[Any, ...], list[StoredMessage], list[StoredMessage], TurnRecord | None]
+State = tuple[ConversationColumns, list[StoredMessage], list[StoredMessage], TurnRecord | None]
 
 
-async def stored_state(store: Store, conv: Conversation) -> State:
+async def stored_state(store: StorePort, backend: StoreBackend, conv: Conversation) -> State:
     """Everything a transaction can change, to compare before and after."""
-    async with store.engine.connect() as conn:
-        row = (
-            await conn.execute(
-                select(
-                    ConversationRow.epoch,
-                    ConversationRow.next_seq,
-                    ConversationRow.last_body,
-                    ConversationRow.last_client_tools,
-                ).where(ConversationRow.id == conv.id)
-            )
-        ).one()
     return (
-        tuple(row),
+        await backend.conversation_columns(conv.id),
         await store.load_path(conv.id),
         await store.load_path(conv.id, "other"),
         await store.get_turn(conv.id, "r1"),
     )
 
 
-async def write_everything(tx: FencedTransaction) -> None:
+async def write_everything(tx: TransactionPort) -> None:
     pks = await tx.insert_chain(None, [msg("u1"), msg("a1", "assistant")])
     await tx.set_leaf(MAIN_BRANCH, pks[-1])
     await tx.set_leaf("other", pks[0])
@@ -71,7 +55,9 @@ async def write_everything(tx: FencedTransaction) -> None:
     await tx.begin_turn("r1", kind="submit", owner="shard-a", request={"r": 1})
 
 
-async def test_claim_raises_the_epoch_and_is_idempotent(store: Store, conv: Conversation) -> None:
+async def test_claim_raises_the_epoch_and_is_idempotent(
+    store: StorePort, conv: Conversation
+) -> None:
     await store.claim(conv.id, 3)
     await store.claim(conv.id, 3)
 
@@ -80,7 +66,7 @@ async def test_claim_raises_the_epoch_and_is_idempotent(store: Store, conv: Conv
     assert found.epoch == 3
 
 
-async def test_claim_with_an_older_epoch_is_fenced(store: Store, conv: Conversation) -> None:
+async def test_claim_with_an_older_epoch_is_fenced(store: StorePort, conv: Conversation) -> None:
     await store.claim(conv.id, 5)
 
     with pytest.raises(FencedError) as raised:
@@ -96,18 +82,46 @@ async def test_claim_with_an_older_epoch_is_fenced(store: Store, conv: Conversat
     assert found.epoch == 5
 
 
-async def test_claim_of_a_missing_conversation_fails(store: Store) -> None:
+async def test_a_fresh_claim_needs_an_epoch_newer_than_the_stored_one(
+    store: StorePort, conv: Conversation
+) -> None:
+    await store.claim(conv.id, 3, fresh=True)
+
+    with pytest.raises(FencedError):
+        await store.claim(conv.id, 3, fresh=True)
+    await store.claim(conv.id, 3)  # the same tenure claiming again
+    await store.claim(conv.id, 4, fresh=True)
+
+    found = await store.find_conversation(KEY)
+    assert found is not None and found.epoch == 4
+
+
+async def test_reads_see_only_committed_writes(store: StorePort, conv: Conversation) -> None:
+    await store.claim(conv.id, 1)
+
+    async with store.transaction(conv.id, 1) as tx:
+        [pk] = await tx.insert_chain(None, [msg("u1")])
+        await tx.set_leaf(MAIN_BRANCH, pk)
+        await tx.begin_turn("r1", kind="submit", owner="s", request=None)
+        assert await store.load_path(conv.id) == []
+        assert await store.get_turn(conv.id, "r1") is None
+
+    assert [m.message_id for m in await store.load_path(conv.id)] == ["u1"]
+    assert await store.get_turn(conv.id, "r1") is not None
+
+
+async def test_claim_of_a_missing_conversation_fails(store: StorePort) -> None:
     with pytest.raises(StoreError, match="does not exist") as raised:
         await store.claim(424242, 1)
     assert not isinstance(raised.value, FencedError)
 
 
 async def test_transaction_with_an_old_epoch_applies_nothing(
-    store: Store, conv: Conversation
+    store: StorePort, backend: StoreBackend, conv: Conversation
 ) -> None:
     await store.claim(conv.id, 1)
     await store.claim(conv.id, 2)
-    before = await stored_state(store, conv)
+    before = await stored_state(store, backend, conv)
     body_ran = False
 
     with pytest.raises(FencedError) as raised:
@@ -117,11 +131,11 @@ async def test_transaction_with_an_old_epoch_applies_nothing(
 
     assert raised.value.current_epoch == 2
     assert not body_ran
-    assert await stored_state(store, conv) == before
+    assert await stored_state(store, backend, conv) == before
 
 
 async def test_transaction_with_a_newer_epoch_than_claimed_is_fenced(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     await store.claim(conv.id, 1)
 
@@ -130,28 +144,30 @@ async def test_transaction_with_a_newer_epoch_than_claimed_is_fenced(
             pass
 
 
-async def test_an_exception_rolls_back_every_operation(store: Store, conv: Conversation) -> None:
+async def test_an_exception_rolls_back_every_operation(
+    store: StorePort, backend: StoreBackend, conv: Conversation
+) -> None:
     await store.claim(conv.id, 1)
-    before = await stored_state(store, conv)
+    before = await stored_state(store, backend, conv)
 
     with pytest.raises(RuntimeError, match="crash"):
         async with store.transaction(conv.id, 1) as tx:
             await write_everything(tx)
             raise RuntimeError("crash mid-turn")
 
-    assert await stored_state(store, conv) == before
+    assert await stored_state(store, backend, conv) == before
     async with store.transaction(conv.id, 1) as tx:
         await write_everything(tx)
-    after = await stored_state(store, conv)
+    after = await stored_state(store, backend, conv)
     assert [m.message_id for m in after[1]] == ["u1", "a1"]
     assert after[1][0].seq == 0  # the rolled-back transaction consumed no sequence numbers
 
 
 async def test_a_failed_operation_spoils_the_transaction_even_if_caught(
-    store: Store, conv: Conversation
+    store: StorePort, backend: StoreBackend, conv: Conversation
 ) -> None:
     await store.claim(conv.id, 1)
-    before = await stored_state(store, conv)
+    before = await stored_state(store, backend, conv)
 
     with pytest.raises(StoreError, match="rolled back"):
         async with store.transaction(conv.id, 1) as tx:
@@ -161,11 +177,11 @@ async def test_a_failed_operation_spoils_the_transaction_even_if_caught(
             with pytest.raises(StoreError, match="earlier operation failed"):
                 await tx.save_request_context(None, None)
 
-    assert await stored_state(store, conv) == before
+    assert await stored_state(store, backend, conv) == before
 
 
 async def test_the_transaction_is_unusable_after_the_block(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     await store.claim(conv.id, 1)
     async with store.transaction(conv.id, 1) as tx:
@@ -175,29 +191,28 @@ async def test_the_transaction_is_unusable_after_the_block(
         await tx.insert_chain(None, [msg("late")])
 
 
-async def test_transaction_on_a_missing_conversation_fails(store: Store) -> None:
+async def test_transaction_on_a_missing_conversation_fails(store: StorePort) -> None:
     with pytest.raises(StoreError, match="does not exist"):
         async with store.transaction(424242, 0):
             pass
 
 
-async def test_a_claim_waits_for_the_old_owners_open_transaction(
-    database_url: str, open_store: Callable[[str], Store], databases: Databases
-) -> None:
-    old_owner, new_owner = open_store(database_url), open_store(database_url)
+async def test_a_claim_waits_for_the_old_owners_open_transaction(backend: StoreBackend) -> None:
+    old_owner, new_owner = backend.open(), backend.open()
     conv = await old_owner.get_or_create_conversation(KEY)
     await old_owner.claim(conv.id, 1)
 
     async with old_owner.transaction(conv.id, 1) as tx:
         # Entering the transaction alone must hold the claim off.
         claim = asyncio.create_task(new_owner.claim(conv.id, 2))
-        if databases.backend == "postgres":
-            await wait_until_blocked_on_a_lock(database_url)
+        if isinstance(backend, SQLBackend) and backend.name == "postgres":
+            await wait_until_blocked_on_a_lock(backend.url)
         else:
-            # SQLite: the claim sits in the busy handler of its own thread; give it every chance
-            # to (wrongly) finish while this transaction keeps working.
+            # SQLite and memory: the claim waits for the write lock; give it every chance to
+            # (wrongly) finish while this transaction keeps working.
             for _ in range(20):
                 await tx.save_request_context({"n": 1}, None)
+                await asyncio.sleep(0)  # let the claim's task run
         assert not claim.done()
         [pk] = await tx.insert_chain(None, [msg("u1")])
         await tx.set_leaf(MAIN_BRANCH, pk)

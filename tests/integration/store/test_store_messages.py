@@ -5,16 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
 
 from durachat_infra.store import (
     MAIN_BRANCH,
     Conversation,
     ConversationKey,
-    Store,
     StoreError,
 )
-from durachat_infra.store.models import Branch, Message
+from durachat_infra.store.port import StorePort
+from support.store_backends import StoreBackend
 
 EPOCH = 1
 
@@ -28,27 +27,22 @@ def ids(messages: list[dict[str, Any]]) -> list[str]:
 
 
 @pytest.fixture
-async def conv(store: Store) -> Conversation:
+async def conv(store: StorePort) -> Conversation:
     conv = await store.get_or_create_conversation(ConversationKey("default", "agent", "tree"))
     await store.claim(conv.id, EPOCH)
     return conv
 
 
-async def path_ids(store: Store, conv: Conversation, branch: str = MAIN_BRANCH) -> list[str]:
+async def path_ids(store: StorePort, conv: Conversation, branch: str = MAIN_BRANCH) -> list[str]:
     return [m.message_id for m in await store.load_path(conv.id, branch)]
 
 
-async def message_count(store: Store, conv: Conversation) -> int:
-    async with store.engine.connect() as conn:
-        count = await conn.scalar(
-            select(func.count()).select_from(Message).where(Message.conversation_id == conv.id)
-        )
-        assert count is not None
-        return count
+async def message_count(backend: StoreBackend, conv: Conversation) -> int:
+    return len(await backend.message_ids(conv.id))
 
 
 async def test_insert_chain_links_messages_and_load_path_returns_them_root_first(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         first = await tx.insert_chain(None, [msg("u1"), msg("a1", "assistant")])
@@ -65,7 +59,9 @@ async def test_insert_chain_links_messages_and_load_path_returns_them_root_first
     assert await store.transcript(conv.key) == [m.message for m in path]
 
 
-async def test_seqs_keep_increasing_across_transactions(store: Store, conv: Conversation) -> None:
+async def test_seqs_keep_increasing_across_transactions(
+    store: StorePort, conv: Conversation
+) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         [root] = await tx.insert_chain(None, [msg("u1")])
     async with store.transaction(conv.id, EPOCH) as tx:
@@ -76,7 +72,7 @@ async def test_seqs_keep_increasing_across_transactions(store: Store, conv: Conv
 
 
 async def test_set_leaf_to_an_earlier_message_shortens_the_path_but_keeps_the_tree(
-    store: Store, conv: Conversation
+    store: StorePort, backend: StoreBackend, conv: Conversation
 ) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         pks = await tx.insert_chain(
@@ -89,10 +85,10 @@ async def test_set_leaf_to_an_earlier_message_shortens_the_path_but_keeps_the_tr
 
     assert await path_ids(store, conv) == ["u1", "a1"]
     assert await path_ids(store, conv, "kept") == ["u1", "a1", "u2", "a2"]
-    assert await message_count(store, conv) == 4
+    assert await message_count(backend, conv) == 4
 
 
-async def test_set_leaf_to_none_empties_the_branch(store: Store, conv: Conversation) -> None:
+async def test_set_leaf_to_none_empties_the_branch(store: StorePort, conv: Conversation) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         pks = await tx.insert_chain(None, [msg("u1")])
         await tx.set_leaf(MAIN_BRANCH, pks[0])
@@ -101,12 +97,14 @@ async def test_set_leaf_to_none_empties_the_branch(store: Store, conv: Conversat
     assert await store.load_path(conv.id) == []
 
 
-async def test_unknown_branch_has_an_empty_path(store: Store, conv: Conversation) -> None:
+async def test_unknown_branch_has_an_empty_path(store: StorePort, conv: Conversation) -> None:
     assert await store.load_path(conv.id, "nope") == []
     assert await store.transcript(conv.key, "nope") == []
 
 
-async def test_reparent_splices_a_message_into_the_path(store: Store, conv: Conversation) -> None:
+async def test_reparent_splices_a_message_into_the_path(
+    store: StorePort, backend: StoreBackend, conv: Conversation
+) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         u1, _, u2 = await tx.insert_chain(None, [msg("u1"), msg("a1", "assistant"), msg("u2")])
         await tx.set_leaf(MAIN_BRANCH, u2)
@@ -119,10 +117,10 @@ async def test_reparent_splices_a_message_into_the_path(store: Store, conv: Conv
 
     assert [m.message_id for m in path] == ["u1", "a1b", "u2"]
     assert [m.parent_pk for m in path] == [None, u1, a1b]
-    assert await message_count(store, conv) == 4  # a1 stays in the tree as a sibling
+    assert await message_count(backend, conv) == 4  # a1 stays in the tree as a sibling
 
 
-async def test_reparent_refuses_to_create_a_cycle(store: Store, conv: Conversation) -> None:
+async def test_reparent_refuses_to_create_a_cycle(store: StorePort, conv: Conversation) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         u1, _, u2 = await tx.insert_chain(None, [msg("u1"), msg("a1", "assistant"), msg("u2")])
         await tx.set_leaf(MAIN_BRANCH, u2)
@@ -135,7 +133,7 @@ async def test_reparent_refuses_to_create_a_cycle(store: Store, conv: Conversati
 
 
 async def test_a_message_id_may_repeat_on_different_branches(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         main = await tx.insert_chain(None, [msg("u1", text="hello"), msg("a1", "assistant")])
@@ -156,7 +154,9 @@ async def test_a_message_id_may_repeat_on_different_branches(
     assert [m.pk for m in await store.load_path(conv.id, "edit")] == edit
 
 
-async def test_update_message_replaces_body_and_role(store: Store, conv: Conversation) -> None:
+async def test_update_message_replaces_body_and_role(
+    store: StorePort, backend: StoreBackend, conv: Conversation
+) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         [pk] = await tx.insert_chain(None, [msg("m1", "assistant", "partial")])
         await tx.set_leaf(MAIN_BRANCH, pk)
@@ -165,12 +165,11 @@ async def test_update_message_replaces_body_and_role(store: Store, conv: Convers
 
     [stored] = await store.load_path(conv.id)
     assert stored.message == msg("m1", "system", "final")
-    async with store.engine.connect() as conn:
-        assert await conn.scalar(select(Message.role).where(Message.id == pk)) == "system"
+    assert await backend.message_role(pk) == "system"
 
 
 async def test_delete_messages_empties_branches_that_pointed_at_them(
-    store: Store, conv: Conversation
+    store: StorePort, backend: StoreBackend, conv: Conversation
 ) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         u1, a1 = await tx.insert_chain(None, [msg("u1"), msg("a1", "assistant")])
@@ -182,11 +181,11 @@ async def test_delete_messages_empties_branches_that_pointed_at_them(
 
     assert await store.load_path(conv.id) == []
     assert await store.load_path(conv.id, "alt") == []
-    assert await message_count(store, conv) == 1
+    assert await message_count(backend, conv) == 1
 
 
 async def test_delete_messages_refuses_to_orphan_a_survivor(
-    store: Store, conv: Conversation
+    store: StorePort, conv: Conversation
 ) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         u1, _, u2 = await tx.insert_chain(None, [msg("u1"), msg("a1", "assistant"), msg("u2")])
@@ -199,7 +198,9 @@ async def test_delete_messages_refuses_to_orphan_a_survivor(
     assert await path_ids(store, conv) == ["u1", "a1", "u2"]
 
 
-async def test_delete_many_messages_across_chunks(store: Store, conv: Conversation) -> None:
+async def test_delete_many_messages_across_chunks(
+    store: StorePort, backend: StoreBackend, conv: Conversation
+) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         pks = await tx.insert_chain(None, [msg(f"m{i}") for i in range(2500)])
         await tx.set_leaf(MAIN_BRANCH, pks[-1])
@@ -209,11 +210,11 @@ async def test_delete_many_messages_across_chunks(store: Store, conv: Conversati
         await tx.set_leaf(MAIN_BRANCH, pks[9])
 
     assert await path_ids(store, conv) == [f"m{i}" for i in range(10)]
-    assert await message_count(store, conv) == 10
+    assert await message_count(backend, conv) == 10
 
 
 async def test_clear_removes_messages_and_branches_but_keeps_main_and_turns(
-    store: Store, conv: Conversation
+    store: StorePort, backend: StoreBackend, conv: Conversation
 ) -> None:
     async with store.transaction(conv.id, EPOCH) as tx:
         pks = await tx.insert_chain(None, [msg("u1"), msg("a1", "assistant")])
@@ -226,14 +227,8 @@ async def test_clear_removes_messages_and_branches_but_keeps_main_and_turns(
         await tx.clear()
 
     assert await store.load_path(conv.id) == []
-    assert await message_count(store, conv) == 0
-    async with store.engine.connect() as conn:
-        branches = (
-            await conn.execute(
-                select(Branch.name, Branch.leaf_id).where(Branch.conversation_id == conv.id)
-            )
-        ).all()
-    assert [tuple(b) for b in branches] == [(MAIN_BRANCH, None)]
+    assert await message_count(backend, conv) == 0
+    assert await backend.branch_leaves(conv.id) == [(MAIN_BRANCH, None)]
     assert await store.load_request_context(conv.id) == (None, None)
     assert await store.get_turn(conv.id, "r1") is not None
 
@@ -245,7 +240,7 @@ async def test_clear_removes_messages_and_branches_but_keeps_main_and_turns(
 
 
 async def test_writes_cannot_reach_into_another_conversation(
-    store: Store, conv: Conversation
+    store: StorePort, backend: StoreBackend, conv: Conversation
 ) -> None:
     other = await store.get_or_create_conversation(ConversationKey("default", "agent", "other"))
     await store.claim(other.id, EPOCH)
@@ -264,7 +259,7 @@ async def test_writes_cannot_reach_into_another_conversation(
                 else:
                     await tx.reparent(foreign, None)
 
-    assert await message_count(store, conv) == 0
+    assert await message_count(backend, conv) == 0
     async with store.transaction(other.id, EPOCH) as tx:
         await tx.set_leaf(MAIN_BRANCH, foreign)
     assert await store.transcript(other.key) == [msg("x")]
@@ -274,7 +269,7 @@ async def test_writes_cannot_reach_into_another_conversation(
     "bad", [{"role": "user"}, {"id": "m"}, {"id": 3, "role": "user"}, {"id": "", "role": "user"}]
 )
 async def test_messages_need_an_id_and_a_role(
-    store: Store, conv: Conversation, bad: dict[str, Any]
+    store: StorePort, conv: Conversation, bad: dict[str, Any]
 ) -> None:
     with pytest.raises(ValueError, match="needs"):
         async with store.transaction(conv.id, EPOCH) as tx:

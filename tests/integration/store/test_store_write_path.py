@@ -1,5 +1,5 @@
-"""The SQLite write path: writes queued together share a turn of the write lock, keep their
-order and their own outcomes, and a write waiting for an outside writer never stops the loop."""
+"""`run_transaction` on every backend: writes queued together keep their order and their own
+outcomes; on SQLite, a write waiting for an outside writer never stops the event loop."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pytest
 from durachat_infra.store import (
     ConversationKey,
     FencedError,
-    FencedTransaction,
     Store,
     StoreError,
 )
+from durachat_infra.store.port import StorePort, TransactionPort
 from support.databases import SQLiteDatabases
 
 
@@ -30,18 +30,36 @@ async def sqlite_store(sqlite_databases: SQLiteDatabases) -> AsyncIterator[tuple
     await sqlite_databases.drop(url)
 
 
-async def _claimed(store: Store, name: str) -> int:
+async def _claimed(store: StorePort, name: str) -> int:
     conversation = await store.get_or_create_conversation(ConversationKey("default", "a", name))
     await store.claim(conversation.id, 1)
     return conversation.id
 
 
-async def test_writes_queued_together_keep_their_order(sqlite_store: tuple[Store, str]) -> None:
+async def test_writes_queued_together_each_get_their_own_result(store: StorePort) -> None:
+    conversation_id = await _claimed(store, "order")
+
+    def append(i: int) -> Callable[[TransactionPort], Awaitable[int]]:
+        async def work(tx: TransactionPort) -> int:
+            [pk] = await tx.insert_chain(None, [{"id": f"m{i}", "role": "user", "parts": []}])
+            return pk
+
+        return work
+
+    pks = await asyncio.gather(
+        *(store.run_transaction(conversation_id, 1, append(i)) for i in range(60))
+    )
+    assert len(set(pks)) == 60
+
+
+async def test_sqlite_runs_writes_queued_together_in_their_order(
+    sqlite_store: tuple[Store, str],
+) -> None:
     store, _ = sqlite_store
     conversation_id = await _claimed(store, "order")
 
-    def append(i: int) -> Callable[[FencedTransaction], Awaitable[int]]:
-        async def work(tx: FencedTransaction) -> int:
+    def append(i: int) -> Callable[[TransactionPort], Awaitable[int]]:
+        async def work(tx: TransactionPort) -> int:
             [pk] = await tx.insert_chain(None, [{"id": f"m{i}", "role": "user", "parts": []}])
             return pk
 
@@ -55,13 +73,12 @@ async def test_writes_queued_together_keep_their_order(sqlite_store: tuple[Store
     assert len(set(pks)) == 60
 
 
-async def test_a_failed_write_fails_alone(sqlite_store: tuple[Store, str]) -> None:
-    store, _ = sqlite_store
+async def test_a_failed_write_fails_alone(store: StorePort) -> None:
     good = await _claimed(store, "good")
     stale = await _claimed(store, "stale")
     await store.claim(stale, 2)
 
-    async def add(tx: FencedTransaction) -> None:
+    async def add(tx: TransactionPort) -> None:
         await tx.insert_chain(None, [{"id": "x", "role": "user", "parts": []}])
 
     results = await asyncio.gather(
@@ -76,18 +93,15 @@ async def test_a_failed_write_fails_alone(sqlite_store: tuple[Store, str]) -> No
     assert len(await store.load_path(stale)) == 0
 
 
-async def test_an_exception_in_work_rolls_back_only_that_write(
-    sqlite_store: tuple[Store, str],
-) -> None:
-    store, _ = sqlite_store
+async def test_an_exception_in_work_rolls_back_only_that_write(store: StorePort) -> None:
     conversation_id = await _claimed(store, "rollback")
 
-    async def broken(tx: FencedTransaction) -> None:
+    async def broken(tx: TransactionPort) -> None:
         [pk] = await tx.insert_chain(None, [{"id": "lost", "role": "user", "parts": []}])
         await tx.set_leaf("main", pk)
         raise RuntimeError("the work failed")
 
-    async def fine(tx: FencedTransaction) -> None:
+    async def fine(tx: TransactionPort) -> None:
         [pk] = await tx.insert_chain(None, [{"id": "kept", "role": "user", "parts": []}])
         await tx.set_leaf("main", pk)
 
@@ -109,7 +123,7 @@ async def test_a_write_waiting_for_an_outside_writer_lets_the_loop_run(
     outside = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
     outside.execute("BEGIN IMMEDIATE")  # an operator's shell holding the write lock
 
-    async def add(tx: FencedTransaction) -> None:
+    async def add(tx: TransactionPort) -> None:
         [pk] = await tx.insert_chain(None, [{"id": "after", "role": "user", "parts": []}])
         await tx.set_leaf("main", pk)
 
@@ -142,7 +156,7 @@ async def test_a_write_gives_up_when_the_outside_lock_outlasts_the_busy_timeout(
     ) as outside:
         outside.execute("BEGIN IMMEDIATE")
 
-        async def add(tx: FencedTransaction) -> None:
+        async def add(tx: TransactionPort) -> None:
             await tx.insert_chain(None, [{"id": "never", "role": "user", "parts": []}])
 
         started = time.monotonic()

@@ -1,4 +1,8 @@
-"""The per-conversation event log on Redis Streams: replay and broadcast in one mechanism."""
+"""The per-conversation event log on Redis Streams: replay and broadcast in one mechanism.
+
+The port it implements is in `durachat_infra.eventlog.port`, an in-memory adapter of the same
+port in `durachat_infra.eventlog.memory` (docs/architecture.md#ports-and-adapters).
+"""
 
 from durachat_infra.eventlog.entries import (
     ALL,
@@ -16,7 +20,8 @@ from durachat_infra.eventlog.entries import (
     with_cursor,
     with_replay_flag,
 )
-from durachat_infra.eventlog.reader import LogReader, read_range, read_state
+from durachat_infra.eventlog.maintenance import LogMaintenance
+from durachat_infra.eventlog.reader import LogReader, LogReads, read_range, read_state, read_states
 from durachat_infra.eventlog.state import StreamState
 from durachat_infra.eventlog.writer import LogFencedError, LogWriter
 
@@ -27,7 +32,9 @@ __all__ = [
     "Kind",
     "LogEntry",
     "LogFencedError",
+    "LogMaintenance",
     "LogReader",
+    "LogReads",
     "LogWriter",
     "StreamState",
     "all_but",
@@ -37,6 +44,7 @@ __all__ = [
     "only",
     "read_range",
     "read_state",
+    "read_states",
     "state_fields",
     "state_prefix",
     "with_cursor",

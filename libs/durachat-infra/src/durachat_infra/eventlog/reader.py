@@ -1,16 +1,17 @@
-"""The gateway's side of the event log: following many conversations with few connections."""
+"""Reading event logs on Redis: one-shot reads (`LogReads`) and the gateway's follower
+(`LogReader`), which follows many conversations with few connections."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from durachat_infra.eventlog.entries import LogEntry
+from durachat_infra.eventlog.entries import MAIN, LogEntry
+from durachat_infra.eventlog.port import EntryHandler
 from durachat_infra.eventlog.scripts import SNAPSHOT
 from durachat_infra.eventlog.state import StreamState
 from durachat_infra.keys import ConversationKeys
@@ -18,7 +19,7 @@ from durachat_infra.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-EntryHandler = Callable[[list[LogEntry]], None]
+__all__ = ["EntryHandler", "LogReader", "LogReads", "read_range", "read_state", "read_states"]
 
 
 async def read_range(
@@ -35,50 +36,38 @@ async def read_range(
         cursor = "(" + rows[-1][0]
 
 
-async def read_state(redis: Redis, keys: ConversationKeys, branch: str = "main") -> StreamState:
+async def read_state(redis: Redis, keys: ConversationKeys, branch: str = MAIN) -> StreamState:
     """The stream state of a conversation's branch as the owner left it."""
+    return (await read_states(redis, keys)).get(branch) or StreamState()
+
+
+async def read_states(redis: Redis, keys: ConversationKeys) -> dict[str, StreamState]:
+    """The stream state of every branch of a conversation as the owner left it."""
     fields: dict[str, str] = await redis.hgetall(keys.state)  # type: ignore[misc]
-    return StreamState.all_from_hash(fields).get(branch) or StreamState()
+    return StreamState.all_from_hash(fields)
 
 
-class LogReader:
-    """Follows the event logs of every conversation a gateway's clients watch.
+class LogReads:
+    """One-shot reads of conversation logs and their stream state on Redis (the read part of
+    the event log port, `LogReadsPort`)."""
 
-    One blocking `XREAD` covers all followed logs plus a private wake stream; following a new
-    log writes to the wake stream so the blocked read returns and picks the new key up at once.
-    Handlers are called in entry order, synchronously, on the event loop.
-    """
-
-    def __init__(
-        self,
-        redis: Redis,
-        blocking: Redis,
-        wake_key: str,
-        *,
-        block_ms: int = 5000,
-        coalesce: float = 0.001,
-    ):
+    def __init__(self, redis: Redis) -> None:
         self._redis = redis
-        self._blocking = blocking
-        self._wake_key = wake_key
-        self._block_ms = block_ms
-        self._coalesce = coalesce
-        self._follows: dict[str, tuple[str, EntryHandler]] = {}
-        self._wake_id = "$"
-        self._task: asyncio.Task[None] | None = None
         self._snapshot = redis.register_script(SNAPSHOT)
 
-    async def start(self) -> None:
-        """Start following (call once)."""
-        await self._redis.xadd(self._wake_key, {"w": "1"}, maxlen=16)
-        last = await self._redis.xrevrange(self._wake_key, count=1)
-        self._wake_id = last[0][0] if last else "0-0"
-        self._task = asyncio.create_task(self._loop(), name="log-reader")
+    async def read_range(
+        self, keys: ConversationKeys, start: str = "-", *, page: int = 1000
+    ) -> list[LogEntry]:
+        """Every entry from `start` (inclusive) to the end of the log."""
+        return await read_range(self._redis, keys, start, page=page)
 
-    async def stop(self) -> None:
-        """Stop following everything."""
-        await cancel_and_wait(self._task)
-        await self._redis.delete(self._wake_key)
+    async def read_states(self, keys: ConversationKeys) -> dict[str, StreamState]:
+        """The stream state of every branch of the conversation."""
+        return await read_states(self._redis, keys)
+
+    async def read_state(self, keys: ConversationKeys, branch: str = MAIN) -> StreamState:
+        """The stream state of one branch of the conversation."""
+        return await read_state(self._redis, keys, branch)
 
     async def snapshot(self, keys: ConversationKeys) -> tuple[dict[str, StreamState], str]:
         """Read the stream state of every branch of a conversation and the id of the newest
@@ -98,11 +87,44 @@ class LogReader:
         rows = await self._redis.xrevrange(keys.log, count=1)
         return str(rows[0][0]) if rows else "0-0"
 
-    async def read_range(
-        self, keys: ConversationKeys, start: str, *, page: int = 1000
-    ) -> list[LogEntry]:
-        """Every entry from `start` (inclusive) to the end of the log."""
-        return await read_range(self._redis, keys, start, page=page)
+
+class LogReader(LogReads):
+    """Follows the event logs of every conversation a gateway's clients watch.
+
+    One blocking `XREAD` covers all followed logs plus a private wake stream; following a new
+    log writes to the wake stream so the blocked read returns and picks the new key up at once.
+    Handlers are called in entry order, synchronously, on the event loop.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        blocking: Redis,
+        wake_key: str,
+        *,
+        block_ms: int = 5000,
+        coalesce: float = 0.001,
+    ):
+        super().__init__(redis)
+        self._blocking = blocking
+        self._wake_key = wake_key
+        self._block_ms = block_ms
+        self._coalesce = coalesce
+        self._follows: dict[str, tuple[str, EntryHandler]] = {}
+        self._wake_id = "$"
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Start following (call once)."""
+        await self._redis.xadd(self._wake_key, {"w": "1"}, maxlen=16)
+        last = await self._redis.xrevrange(self._wake_key, count=1)
+        self._wake_id = last[0][0] if last else "0-0"
+        self._task = asyncio.create_task(self._loop(), name="log-reader")
+
+    async def stop(self) -> None:
+        """Stop following everything."""
+        await cancel_and_wait(self._task)
+        await self._redis.delete(self._wake_key)
 
     def follow(self, keys: ConversationKeys, after: str, handler: EntryHandler) -> None:
         """Deliver every entry after `after` of `keys.log` to `handler`."""

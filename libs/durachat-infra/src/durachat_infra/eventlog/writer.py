@@ -88,11 +88,12 @@ class LogWriter:
         target: str = ALL,
         request: str = "",
         state: dict[str, str] | None = None,
+        branch: str = "",
     ) -> asyncio.Future[str]:
         """Queue an entry; the future resolves to its entry id once written (or fails with
         `LogFencedError`)."""
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._enqueue(keys, _Append(kind, frame, target, request, _state_json(state), "", done))
+        self._enqueue(keys, _Append(kind, frame, target, request, _state_json(state), branch, done))
         return done
 
     def _enqueue(self, keys: ConversationKeys, item: _Append) -> None:

@@ -1,4 +1,4 @@
-"""The SQL store: conversations, message trees, branches and turns (DESIGN §3, §4, §6, §7).
+"""The SQL store: conversations, message trees, branches and turns (docs/architecture.md#storage).
 
 SQLite (the embedded default) and PostgreSQL (the cluster) behave the same and are tested by the
 same suite. Run `migrate(url)` once at startup, then use a `Store`::
@@ -10,7 +10,7 @@ same suite. Run `migrate(url)` once at startup, then use a `Store`::
 Writes to a conversation are fenced by its epoch: `Store.claim` raises the epoch for a new owner,
 and `Store.transaction` rejects (with `FencedError`) a writer holding an older one.
 
-Branches (DESIGN §7, docs/branching.md): `Store.list_branches`, `get_branch`, `branch_path` and
+Branches (docs/branching.md): `Store.list_branches`, `get_branch`, `branch_path` and
 `siblings` read them; `FencedTransaction.create_branch`, `rename_branch`, `delete_branch` and
 `trim_path` change them; `Store.fork_conversation` copies a branch into a new conversation.
 """

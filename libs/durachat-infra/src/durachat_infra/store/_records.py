@@ -39,7 +39,7 @@ _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 
 @dataclass(frozen=True, slots=True)
 class ConversationKey:
-    """The identity of a conversation: `(tenant, agent, name)` (DESIGN §3).
+    """The identity of a conversation: `(tenant, agent, name)` (docs/architecture.md#storage).
 
     Raises:
         ValueError: a part is empty or longer than 512 characters.
@@ -92,7 +92,7 @@ class StoredMessage:
 
 @dataclass(frozen=True, slots=True)
 class TurnRecord:
-    """A turn as stored (DESIGN §9).
+    """A turn as stored (docs/architecture.md#storage, docs/recovery.md).
 
     Attributes:
         request_id: the client's request id; turns are idempotent by it.
@@ -180,7 +180,7 @@ class IncidentRecord:
 
 @dataclass(frozen=True, slots=True)
 class BranchRecord:
-    """A branch: a named pointer to a leaf of the conversation's message tree (DESIGN §7).
+    """A branch: a named pointer to a leaf of the conversation's message tree (docs/branching.md).
 
     Attributes:
         id: the branch's stable public id (never reused).
@@ -257,3 +257,14 @@ def check_branch_name(name: str) -> None:
         raise ValueError(
             f"branch name {name!r} must not have surrounding whitespace or control characters"
         )
+
+
+def message_columns(message: dict[str, Any]) -> dict[str, Any]:
+    """Return the message row's derived columns, validating the UIMessage's `id` and `role`."""
+    message_id = message.get("id") if isinstance(message, dict) else None
+    role = message.get("role") if isinstance(message, dict) else None
+    if not isinstance(message_id, str) or not message_id:
+        raise ValueError(f"message needs a non-empty string 'id': {message!r:.200}")
+    if not isinstance(role, str) or not role:
+        raise ValueError(f"message {message_id!r} needs a non-empty string 'role'")
+    return {"message_id": message_id, "role": role, "body": message}

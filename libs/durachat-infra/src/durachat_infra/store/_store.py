@@ -5,16 +5,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime
 from operator import attrgetter
-from pathlib import Path
-from types import TracebackType
-from typing import Any, Self, TypeVar, cast
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Integer,
     Row,
-    delete,
     insert,
     literal,
     null,
@@ -22,39 +18,28 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import cast as sql_cast
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 
 from durachat_infra.store import _branches
 from durachat_infra.store._engine import (
-    BEGIN_OPTION,
     begin_when_free,
     connect,
-    create_engine,
     insert_new,
-    install_sqlite_hooks,
-    sqlite_writer_engine,
     translate_errors,
 )
-from durachat_infra.store._gate import WriteGate
 from durachat_infra.store._records import (
     MAIN_BRANCH,
-    OPEN_TURN_STATUSES,
     BranchRecord,
     BranchRef,
     Conversation,
     ConversationKey,
-    IncidentRecord,
-    OpenTurn,
     Siblings,
     StoredMessage,
-    TurnKind,
-    TurnRecord,
-    TurnStatus,
 )
+from durachat_infra.store._store_turns import TurnReads
 from durachat_infra.store._transaction import FencedTransaction, fence
-from durachat_infra.store._types import utcnow
 from durachat_infra.store.errors import (
     ConversationExistsError,
     FencedError,
@@ -63,22 +48,21 @@ from durachat_infra.store.errors import (
     UnknownConversationError,
     UnknownTenantError,
 )
-from durachat_infra.store.models import Branch, Message, RecoveryIncident, Tenant, Turn
+from durachat_infra.store.models import Branch, Message, Tenant
 from durachat_infra.store.models import Conversation as ConversationRow
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_SUPPORTED_DIALECTS = ("sqlite", "postgresql")
 
-
-class Store:
+class Store(TurnReads):
     """The SQL store of conversations, their message trees, branches and turns.
 
     All writes to a conversation's content go through `transaction`, which is fenced by the
-    conversation's epoch (DESIGN §4); `claim` raises the epoch for a new owner. Reads are not
-    fenced. Every method may raise `DatabaseUnavailableError` (retryable) or `StoreError`.
+    conversation's epoch (docs/architecture.md#ownership); `claim` raises the epoch for a new
+    owner. Reads are not fenced. Every method may raise `DatabaseUnavailableError` (retryable)
+    or `StoreError`.
 
     The store owns its engine: `close` disposes it. Use it as an async context manager or call
     `close` at shutdown.
@@ -93,65 +77,6 @@ class Store:
                 await tx.set_leaf("main", pk)
         ```
     """
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        """Wrap `engine` (SQLite via aiosqlite or PostgreSQL via asyncpg).
-
-        Prefer `from_url`. An engine passed here must not have opened connections yet, so that
-        every SQLite connection gets the store's setup (foreign keys, WAL, busy timeout).
-
-        Raises:
-            ValueError: the engine is for another database.
-        """
-        if engine.dialect.name not in _SUPPORTED_DIALECTS:
-            raise ValueError(f"unsupported database {engine.dialect.name!r}")
-        install_sqlite_hooks(engine)
-        self._engine = engine
-        database = engine.url.database
-        sqlite_file = engine.url.get_backend_name() == "sqlite" and bool(database)
-        # On SQLite, writers run their statements on the loop's thread so that the write lock
-        # is held only for the SQL's time (see `_sqlite_inloop`); reads stay on `engine`.
-        self._writer_engine = sqlite_writer_engine(engine) if sqlite_file else engine
-        # Writers take SQLite's write lock when they begin (see `_engine._on_begin`).
-        self._writer = self._writer_engine.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
-        self._gate = WriteGate(Path(database).resolve() if sqlite_file and database else None)
-
-    @classmethod
-    def from_url(cls, url: str, *, echo: bool = False) -> Store:
-        """Create a store for a database URL.
-
-        Args:
-            url: `sqlite:///path` or `postgresql://user:pass@host/db`; the async drivers
-                (`+aiosqlite`, `+asyncpg`) are filled in when missing.
-            echo: log every SQL statement.
-
-        Raises:
-            ValueError: unsupported URL, or in-memory SQLite.
-        """
-        return cls(create_engine(url, echo=echo))
-
-    @property
-    def engine(self) -> AsyncEngine:
-        """The underlying engine."""
-        return self._engine
-
-    async def close(self) -> None:
-        """Close every pooled connection. The store must not be used afterwards."""
-        await self._engine.dispose()
-        if self._writer_engine is not self._engine:
-            await self._writer_engine.dispose()
-        self._gate.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def get_or_create_conversation(self, key: ConversationKey) -> Conversation:
         """Return the conversation `key`, creating it (with its `main` branch) if needed.
@@ -373,137 +298,6 @@ class Store:
             )
             return Conversation(id=created, key=target, epoch=0)
 
-    async def recent_request_ids(self, conversation_id: int, *, limit: int = 256) -> list[str]:
-        """Request ids of the conversation's newest turns, newest first (for fast dedupe)."""
-        async with self._read("recent turns") as conn:
-            rows = await conn.execute(
-                select(Turn.request_id)
-                .where(Turn.conversation_id == conversation_id)
-                .order_by(Turn.id.desc())
-                .limit(limit)
-            )
-            return [str(r[0]) for r in rows]
-
-    async def get_turn(self, conversation_id: int, request_id: str) -> TurnRecord | None:
-        """Return the turn `request_id` of the conversation, or `None`."""
-        async with self._read("get turn") as conn:
-            row = (
-                await conn.execute(
-                    select(*_TURN_COLUMNS).where(
-                        Turn.conversation_id == conversation_id, Turn.request_id == request_id
-                    )
-                )
-            ).first()
-        return None if row is None else _turn_record(row)
-
-    async def open_turns(self, conversation_id: int) -> list[TurnRecord]:
-        """The conversation's turns that have not ended (`accepted` or `running`), oldest
-        first: after a new owner claims a conversation, the ones its former owner left."""
-        async with self._read("open turns") as conn:
-            rows = await conn.execute(
-                select(*_TURN_COLUMNS)
-                .where(
-                    Turn.conversation_id == conversation_id,
-                    Turn.status.in_(OPEN_TURN_STATUSES),
-                )
-                .order_by(Turn.id)
-            )
-            return [_turn_record(row) for row in rows]
-
-    async def all_open_turns(self, *, limit: int = 1000) -> list[OpenTurn]:
-        """Open turns of every conversation, oldest first (the orphan scan of the jobs
-        service; the `(status, heartbeat_at)` index serves it)."""
-        async with self._read("all open turns") as conn:
-            rows = await conn.execute(
-                select(
-                    *_TURN_COLUMNS,
-                    ConversationRow.id.label("conv_id"),
-                    ConversationRow.tenant_id,
-                    ConversationRow.agent,
-                    ConversationRow.name,
-                )
-                .join(ConversationRow, ConversationRow.id == Turn.conversation_id)
-                .where(Turn.status.in_(OPEN_TURN_STATUSES))
-                .order_by(Turn.id)
-                .limit(limit)
-            )
-            return [
-                OpenTurn(
-                    row.conv_id,
-                    ConversationKey(row.tenant_id, row.agent, row.name),
-                    _turn_record(row),
-                )
-                for row in rows
-            ]
-
-    async def heartbeat_turns(self, owner: str) -> int:
-        """Mark every open turn of `owner` as alive now; returns how many there are.
-
-        Not fenced: a heartbeat only says the process is alive. Whether it still owns a
-        conversation is the lease's business (the orphan scan checks both).
-        """
-
-        async def beat(conn: AsyncConnection) -> int:
-            result = await conn.execute(
-                update(Turn)
-                .where(Turn.owner == owner, Turn.status.in_(OPEN_TURN_STATUSES))
-                .values(heartbeat_at=utcnow())
-            )
-            return int(result.rowcount)
-
-        return await self._run_write("heartbeat turns", beat)
-
-    async def get_incident(self, conversation_id: int, incident_id: str) -> IncidentRecord | None:
-        """Return a recovery incident, or `None`."""
-        async with self._read("get incident") as conn:
-            row = (
-                await conn.execute(
-                    select(
-                        RecoveryIncident.incident_id,
-                        RecoveryIncident.request_id,
-                        RecoveryIncident.status,
-                        RecoveryIncident.attempt,
-                        RecoveryIncident.data,
-                        RecoveryIncident.updated_at,
-                    ).where(
-                        RecoveryIncident.conversation_id == conversation_id,
-                        RecoveryIncident.incident_id == incident_id,
-                    )
-                )
-            ).first()
-        if row is None:
-            return None
-        return IncidentRecord(
-            row.incident_id, row.request_id, row.status, row.attempt, row.data or {}, row.updated_at
-        )
-
-    async def sweep_incidents(self, before: datetime) -> int:
-        """Delete recovery incidents untouched since `before`; returns how many."""
-        async with self._write("sweep incidents") as conn:
-            result = await conn.execute(
-                delete(RecoveryIncident).where(RecoveryIncident.updated_at < before)
-            )
-            return int(result.rowcount)
-
-    async def load_request_context(
-        self, conversation_id: int
-    ) -> tuple[dict[str, Any] | None, list[Any] | None]:
-        """Return `(last_body, last_client_tools)` as saved by `save_request_context`.
-
-        `(None, None)` if nothing was saved (or the conversation does not exist).
-        """
-        async with self._read("load request context") as conn:
-            row = (
-                await conn.execute(
-                    select(ConversationRow.last_body, ConversationRow.last_client_tools).where(
-                        ConversationRow.id == conversation_id
-                    )
-                )
-            ).first()
-        if row is None:
-            return None, None
-        return row.last_body, row.last_client_tools
-
     @contextlib.asynccontextmanager
     async def transaction(
         self, conversation_id: int, epoch: int
@@ -554,34 +348,6 @@ class Store:
             if failed:
                 raise StoreError(f"{action}: rolled back because an operation in it failed")
             with translate_errors(action):
-                await conn.commit()
-
-    @contextlib.asynccontextmanager
-    async def _read(self, action: str) -> AsyncIterator[AsyncConnection]:
-        async with connect(self._engine, action) as conn:
-            with translate_errors(action):
-                yield conn
-
-    @contextlib.asynccontextmanager
-    async def _write(self, action: str) -> AsyncIterator[AsyncConnection]:
-        async with self._gate.hold(), self._unfenced(action) as conn:
-            yield conn
-
-    async def _run_write(self, action: str, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """`_write` for statements only, queued to share a turn of the write lock."""
-
-        async def run() -> T:
-            async with self._unfenced(action) as conn:
-                return await work(conn)
-
-        return await self._gate.run(run)
-
-    @contextlib.asynccontextmanager
-    async def _unfenced(self, action: str) -> AsyncIterator[AsyncConnection]:
-        async with connect(self._writer, action) as conn:
-            with translate_errors(action):
-                await begin_when_free(conn)
-                yield conn
                 await conn.commit()
 
 
@@ -677,34 +443,3 @@ async def _copy_path(conn: AsyncConnection, leaf_pk: int | None, target: int) ->
         select(Message.id).where(Message.conversation_id == target, Message.seq == length - 1)
     )
     return leaf
-
-
-_TURN_COLUMNS = (
-    Turn.request_id,
-    Turn.kind,
-    Turn.status,
-    Turn.owner,
-    Turn.epoch,
-    Turn.message_id,
-    Turn.request,
-    Turn.stash,
-    Turn.error,
-    Turn.heartbeat_at,
-    Turn.created_at,
-)
-
-
-def _turn_record(row: Row[Any]) -> TurnRecord:
-    return TurnRecord(
-        request_id=row.request_id,
-        kind=cast(TurnKind, row.kind),
-        status=cast(TurnStatus, row.status),
-        owner=row.owner,
-        epoch=row.epoch,
-        message_id=row.message_id,
-        request=row.request,
-        stash=row.stash,
-        error=row.error,
-        heartbeat_at=row.heartbeat_at,
-        created_at=row.created_at,
-    )

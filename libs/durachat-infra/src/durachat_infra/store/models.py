@@ -94,7 +94,8 @@ class Conversation(_Timestamps, Base):
     agent: Mapped[str]
     name: Mapped[str]
     epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
-    """Fencing token: only a writer presenting this epoch may write (DESIGN §4)."""
+    """Fencing token: only a writer presenting this epoch may write
+    (docs/architecture.md#ownership)."""
     next_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     """Next message sequence number to hand out."""
     last_body: Mapped[dict[str, Any] | None] = mapped_column(JSONText)
@@ -156,7 +157,8 @@ class Branch(_Timestamps, Base):
 
 
 class Turn(_Timestamps, Base):
-    """A turn: the durable record of one request, its owner, heartbeat and stash (DESIGN §9)."""
+    """A turn: the durable record of one request, its owner, heartbeat and stash
+    (docs/recovery.md)."""
 
     __tablename__ = "turns"
     __table_args__ = (
@@ -183,7 +185,7 @@ class Turn(_Timestamps, Base):
 
 class ToolExecution(_Timestamps, Base):
     """The tool-execution ledger: one row per server tool call, written before it runs and
-    after it ends, so no completed call is ever executed twice (DESIGN §8)."""
+    after it ends, so no completed call is ever executed twice (docs/architecture.md#storage)."""
 
     __tablename__ = "tool_executions"
     __table_args__ = (
@@ -207,8 +209,8 @@ class ToolExecution(_Timestamps, Base):
 
 
 class RecoveryIncident(_Timestamps, Base):
-    """The budget state of a turn under crash recovery (DESIGN §9): attempts, progress and
-    how it ended. One row per incident; stale rows are swept by the jobs service."""
+    """The budget state of a turn under crash recovery (docs/recovery.md#budgets): attempts,
+    progress and how it ended. One row per incident; stale rows are swept by the jobs service."""
 
     __tablename__ = "recovery_incidents"
     __table_args__ = (

@@ -1,0 +1,55 @@
+"""Upkeep of every event log under a key prefix on Redis: listing, trimming, and closing
+streams whose owner vanished (the jobs service's side of the event log)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from redis.asyncio import Redis
+
+from durachat_infra.eventlog.entries import MAIN, state_fields, state_prefix
+from durachat_infra.eventlog.reader import LogReads
+from durachat_infra.eventlog.scripts import CLOSE_ABANDONED
+from durachat_infra.keys import ConversationKeys
+
+__all__ = ["LogMaintenance"]
+
+
+class LogMaintenance(LogReads):
+    """The event logs of every conversation under `prefix` (`LogMaintenancePort` on Redis)."""
+
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        super().__init__(redis)
+        self._prefix = prefix
+        self._close = redis.register_script(CLOSE_ABANDONED)
+
+    async def logs(self) -> AsyncIterator[ConversationKeys]:
+        """The keys of every conversation that has a log (a `SCAN` over the stream keys)."""
+        pattern = f"{self._prefix}:{{*}}:log"
+        async for log_key in self._redis.scan_iter(match=pattern, count=500, _type="STREAM"):
+            tag = str(log_key)[len(self._prefix) + 2 : -len("}:log")]
+            yield ConversationKeys(self._prefix, tag)
+
+    async def trim(self, keys: ConversationKeys, min_id: str) -> int:
+        """Delete the entries older than `min_id` (exactly, not `~`); returns how many."""
+        return int(await self._redis.xtrim(keys.log, minid=min_id, approximate=False))
+
+    async def close_abandoned(
+        self, keys: ConversationKeys, *, branch: str, request: str, frame: str, cutoff_ms: int
+    ) -> bool:
+        """End the open stream of `request` on `branch` with `frame` if nobody holds the
+        conversation and its log has been quiet since `cutoff_ms` (one script call)."""
+        change = json.dumps(state_fields(branch, {"status": "done"}), separators=(",", ":"))
+        closed = await self._close(
+            keys=[keys.log, keys.state, keys.lease],
+            args=[
+                request,
+                frame,
+                cutoff_ms,
+                state_prefix(branch),
+                "" if branch == MAIN else branch,
+                change,
+            ],
+        )
+        return bool(int(closed))
