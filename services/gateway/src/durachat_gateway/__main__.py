@@ -17,16 +17,19 @@ def main() -> None:
         format=f"%(asctime)s {settings.gateway_id} %(levelname)s %(name)s: %(message)s",
     )
     from durachat_gateway.app import build_app
+    from durachat_infra.runtime import settle_heap
     from durachat_infra.telemetry import configure_telemetry
 
     shutdown_telemetry = configure_telemetry("durachat-gateway")
+    app = build_app(settings)
+    settle_heap()
     print(
         f"gateway {settings.gateway_id} listening on http://{settings.host}:{settings.port}",
         flush=True,
     )
     try:
         uvicorn.run(
-            build_app(settings),
+            app,
             host=settings.host,
             port=settings.port,
             log_level="warning",

@@ -13,11 +13,13 @@ def main() -> None:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s jobs %(levelname)s %(name)s: %(message)s"
     )
+    from durachat_infra.runtime import settle_heap
     from durachat_infra.telemetry import configure_telemetry
     from durachat_jobs.worker import build_worker
 
     shutdown_telemetry = configure_telemetry("durachat-jobs")
     worker = build_worker(settings, ClusterTiming())
+    settle_heap()
     print("jobs worker running", flush=True)
     try:
         worker.run()

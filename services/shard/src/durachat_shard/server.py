@@ -18,6 +18,7 @@ from durachat.agent import AgentRegistry
 from durachat_infra.cluster import ClusterView, Leases, ShardInfo, ShardRegistration
 from durachat_infra.eventlog import LogWriter
 from durachat_infra.keys import ClusterKeys
+from durachat_infra.runtime import settle_heap
 from durachat_infra.settings import ShardSettings
 from durachat_infra.store import Store, migrate
 from durachat_infra.telemetry import configure_telemetry
@@ -72,6 +73,7 @@ async def serve(settings: ShardSettings) -> None:
         turn_heartbeat_interval=settings.turn_heartbeat_interval,
     )
     fenced.append(conversations)
+    settle_heap()
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

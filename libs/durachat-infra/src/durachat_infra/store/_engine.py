@@ -101,17 +101,23 @@ def sqlite_writer_engine(engine: AsyncEngine) -> AsyncEngine:
     thread (`_sqlite_inloop`), with the store's per-connection setup, for writers."""
     url = engine.url.set(drivername=f"sqlite+{_sqlite_inloop.DRIVER}")
     writer = create_async_engine(url, echo=engine.echo)
-    install_sqlite_hooks(writer)
-    # A statement that waited for another writer inside SQLite would stop the event loop:
-    # these connections fail at once instead, and `retry_busy` waits without blocking.
-    event.listen(writer.sync_engine, "connect", _no_busy_wait)
+    sync_engine = writer.sync_engine
+    event.listen(sync_engine, "connect", _on_connect_in_loop)
+    event.listen(sync_engine, "begin", _on_begin)
     return writer
 
 
-def _no_busy_wait(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+def _on_connect_in_loop(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    # As `_on_connect`, for connections whose statements run on the event loop's thread: a
+    # statement that waited for the lock inside SQLite would stop the loop, so these fail at
+    # once instead (`begin_when_free` waits without blocking). The journal mode is left alone:
+    # WAL is a property of the file, set by the migrations and the readers.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute("PRAGMA busy_timeout = 0")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
     finally:
         cursor.close()
 
