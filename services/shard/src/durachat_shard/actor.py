@@ -53,9 +53,8 @@ from durachat_infra.store import (
 from durachat_shard import metrics
 from durachat_shard.concurrency import Concurrency, merge_user_messages
 from durachat_shard.emitter import Emitter
-from durachat_shard.incidents import Incident, Incidents
 from durachat_shard.ledger import SqlToolLedger
-from durachat_shard.recovery import RebuiltStream, Splice, rebuild_stream
+from durachat_shard.recovery import Incident, Incidents, RebuiltStream, Splice, rebuild_stream
 from durachat_shard.requests import ChatRequest, FrameError, parse_chat_request, parse_messages
 from durachat_shard.transcript import Change, Fork, Transcript
 

@@ -44,7 +44,7 @@ class Incident:
     max_attempts: int
 
     def payload(self, reason: str | None = None) -> dict[str, Any]:
-        """The payload of its `chat:recovery:*` events (PROTOCOL §9.9)."""
+        """The payload of its `chat:recovery:*` events (docs/recovery.md#events)."""
         out: dict[str, Any] = {
             "incidentId": self.incident_id,
             "requestId": self.request_id,
