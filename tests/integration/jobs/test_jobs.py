@@ -11,13 +11,9 @@ from redis.asyncio import Redis
 from durachat_infra.jobs import ArqJobQueue
 from durachat_infra.keys import ClusterKeys, ConversationKeys
 from durachat_infra.store import ConversationKey, Store, migrate
-from durachat_jobs.tasks import (
-    JobDeps,
-    close_abandoned_streams,
-    sweep_incidents,
-    sweep_membership,
-    trim_logs,
-)
+from durachat_jobs.deps import JobDeps
+from durachat_jobs.membership import sweep_membership
+from durachat_jobs.retention import close_abandoned_streams, sweep_incidents, trim_logs
 
 
 async def test_sweep_removes_only_dead_shards(redis: Redis, key_prefix: str) -> None:
