@@ -23,25 +23,14 @@ from durachat.models import ModelError
 from durachat.observability import EventType
 from durachat.observability import emit as emit_event
 from durachat.protocol import MessageType
-from durachat.recovery import (
-    ExhaustedContext,
-    RecoveryContext,
-    RecoveryKind,
-    RecoveryOptions,
-    SealReason,
-    has_settled_tool_results,
-    incident_id,
-    partial_text,
-)
 from durachat.tools import (
     apply_tool_approval,
     apply_tool_result,
     parallel_batch_incomplete,
-    pending_client_interaction,
     pending_interaction,
 )
 from durachat.types import JSONDict, UIChunk, UIMessage
-from durachat_infra.eventlog import LogEntry, StreamState, only
+from durachat_infra.eventlog import only
 from durachat_infra.store import (
     ConversationKey,
     FencedError,
@@ -51,11 +40,24 @@ from durachat_infra.store import (
     TurnStatus,
 )
 from durachat_shard import metrics
+from durachat_shard.actor.writes import WriteChain
 from durachat_shard.concurrency import Concurrency, merge_user_messages
 from durachat_shard.emitter import Emitter
 from durachat_shard.ledger import SqlToolLedger
-from durachat_shard.recovery import Incident, Incidents, RebuiltStream, Splice, rebuild_stream
-from durachat_shard.requests import ChatRequest, FrameError, parse_chat_request, parse_messages
+from durachat_shard.recovery import (
+    Incidents,
+    Interrupted,
+    Recovered,
+    RecoveryPlanner,
+    turn_snapshot,
+)
+from durachat_shard.requests import (
+    ChatRequest,
+    FrameError,
+    client_tool_names,
+    parse_chat_request,
+    parse_messages,
+)
 from durachat_shard.transcript import Change, Fork, Transcript
 
 log = logging.getLogger(__name__)
@@ -95,57 +97,8 @@ class _QueuedTurn:
     """Told how the turn ended (programmatic turns wait on it)."""
     prepare: Callable[[_QueuedTurn], None] | None = None
     """Run when the turn reaches the front, before it starts (`save_messages`)."""
-    recovery: _Recovered | None = None
+    recovery: Recovered | None = None
     """Set when the turn recovers an interrupted one."""
-
-
-@dataclass(slots=True)
-class _Recovered:
-    """How a queued turn continues an interrupted one."""
-
-    incident: Incident
-    assembler: ReplyAssembler | None
-    """The partial reply rebuilt from the log (None: nothing was streamed; run afresh)."""
-    splice: Splice | None
-    next_seq: int
-    live: bool
-    """The log still shows the interrupted stream open, so no new `start` is needed."""
-    messages: list[UIMessage]
-    """The transcript the model sees."""
-    text_before: int
-    """Characters of text the partial already had (the rest counts against budgets)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Interrupted:
-    """A turn that did not finish, as recovery sees it."""
-
-    request_id: str
-    snapshot: JSONDict
-    continuation: bool
-    stash: Any
-    created_at: float
-
-    @classmethod
-    def of_record(cls, record: TurnRecord) -> _Interrupted:
-        snapshot = dict(record.request or {})
-        continuation = record.kind == "continuation" or bool(snapshot.get("continuation"))
-        stash = record.stash.get("data") if isinstance(record.stash, dict) else None
-        return cls(record.request_id, snapshot, continuation, stash, record.created_at.timestamp())
-
-    @property
-    def body(self) -> JSONDict | None:
-        body = self.snapshot.get("body")
-        return body if isinstance(body, dict) else None
-
-    @property
-    def client_tools(self) -> list[JSONDict] | None:
-        tools = self.snapshot.get("clientTools")
-        return tools if isinstance(tools, list) else None
-
-    @property
-    def trigger(self) -> str:
-        return "regenerate-message" if self.snapshot.get("regenerate") else "submit-message"
 
 
 @dataclass(slots=True)
@@ -210,7 +163,9 @@ class ConversationActor:
         self._stopping = False
         self._idle = asyncio.Event()
         self._idle.set()
-        self._last_write: asyncio.Future[None] | None = None
+        self._writes = WriteChain[FencedTransaction](
+            lambda: store.transaction(conversation_id, epoch), on_failure=self._write_failed_off
+        )
         self._last_body: JSONDict | None = last_body
         self._last_client_tools: list[JSONDict] | None = last_client_tools
         self._continuation: _PendingContinuation | None = None
@@ -239,9 +194,24 @@ class ConversationActor:
             redis=None,
             key_prefix="",
         )
+        self._planner = RecoveryPlanner(
+            key=key,
+            shard_id=shard_id,
+            agent=agent,
+            transcript=transcript,
+            emit=emitter,
+            writes=self._writes,
+            incidents=self._incidents,
+            sync_agent=self._sync_agent,
+            spawn=self._spawn,
+        )
         # Request ids already accepted, newest last: a retried request is recognised without a
         # database round trip (loaded from the turns table on activation).
         self._recent: dict[str, None] = dict.fromkeys(reversed(recent_requests or []))
+
+    def _sync_agent(self) -> None:
+        """Give the agent the transcript as it is now."""
+        self.agent.messages = self.transcript.messages
 
     def start(self) -> None:
         """Start handling inputs and turns."""
@@ -294,28 +264,12 @@ class ConversationActor:
     def _write_behind(
         self, work: Callable[[FencedTransaction], Awaitable[None]]
     ) -> asyncio.Future[None]:
-        """Queue a fenced write after every write queued before it; returns its outcome.
+        """Queue a fenced write after every write queued before it; returns its outcome."""
+        return self._writes.behind(work)
 
-        A failed write leaves memory ahead of the database, so the actor steps down and the
-        conversation is re-activated from SQL on its next frame.
-        """
-        previous = self._last_write
-
-        async def run() -> None:
-            if previous is not None:
-                await previous
-            async with self.store.transaction(self.conversation_id, self.epoch) as tx:
-                await work(tx)
-
-        task: asyncio.Future[None] = asyncio.ensure_future(run())
-        task.add_done_callback(self._after_write)
-        self._last_write = task
-        return task
-
-    def _after_write(self, task: asyncio.Future[None]) -> None:
-        if task.cancelled() or task.exception() is None:
-            return
-        exc = task.exception()
+    def _write_failed_off(self, exc: BaseException) -> None:
+        """A write of the chain failed: memory is ahead of the database, so the actor steps
+        down and the conversation is re-activated from SQL on its next frame."""
         if isinstance(exc, FencedError):
             metrics.FENCED.inc()
             log.warning("conversation %s: write fenced off, stepping down", self.conversation_id)
@@ -326,22 +280,18 @@ class ConversationActor:
 
     async def settled_writes(self) -> None:
         """Wait until every write queued so far is done (or failed)."""
-        if self._last_write is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._last_write)
+        await self._writes.settled()
 
     async def run_write(self, work: Callable[[FencedTransaction], Awaitable[T]]) -> T:
         """Run `work` in a fenced transaction of its own, after the writes queued before it,
         and return its result. Unlike the write chain, its errors are the caller's: nothing of
         it is applied, and the actor carries on (a `FencedError` still means it lost the
         conversation)."""
-        await self.settled_writes()
-        async with self.store.transaction(self.conversation_id, self.epoch) as tx:
-            return await work(tx)
+        return await self._writes.run(work)
 
     async def _write(self, work: Callable[[FencedTransaction], Awaitable[None]]) -> None:
         """A write that the caller waits for (still in order with the queued ones)."""
-        await self._write_behind(work)
+        await self._writes.write(work)
 
     async def _input_loop(self) -> None:
         while True:
@@ -454,7 +404,7 @@ class ConversationActor:
             change.ops.extend(tail.ops)
 
         anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
-        snapshot = _snapshot(request, anchor, self.emit.branch)
+        snapshot = turn_snapshot(request, anchor, self.emit.branch)
 
         async def record(tx: FencedTransaction) -> None:
             # One transaction records the turn (idempotent by request id) and its messages.
@@ -705,7 +655,8 @@ class ConversationActor:
         """Settle tool calls a crash or an abandoned turn left without a result, so the model
         never sees a call without an answer; approvals and client calls still pending stay."""
         repaired, changed = repair_transcript(
-            self.transcript.messages, client_tool_names=self._client_tools(request.client_tools)
+            self.transcript.messages,
+            client_tool_names=client_tool_names(self.agent.tools, request.client_tools),
         )
         if not changed:
             return
@@ -716,14 +667,14 @@ class ConversationActor:
         self.agent.messages = self.transcript.messages
         self.emit.messages(self.transcript.messages)
 
-    # Recovery of interrupted turns (DESIGN §9).
+    # Recovery of interrupted turns (docs/recovery.md).
 
-    def _interrupted(self, queued: _QueuedTurn) -> _Interrupted:
+    def _interrupted(self, queued: _QueuedTurn) -> Interrupted:
         """A turn of this tenure whose stream stalled, as recovery sees it."""
-        snapshot = _snapshot(queued.request, queued.anchor, self.emit.branch)
+        snapshot = turn_snapshot(queued.request, queued.anchor, self.emit.branch)
         if queued.recovery is not None:
             snapshot["root"] = queued.recovery.incident.root_request_id
-        return _Interrupted(
+        return Interrupted(
             queued.request.request_id,
             snapshot,
             queued.continuation,
@@ -739,324 +690,25 @@ class ConversationActor:
         entries = await self.emit.history()
         state = await self.emit.state()
         for record in turns:
-            queued = await self._plan_recovery(
-                _Interrupted.of_record(record), entries=entries, state=state
+            recovered = await self._planner.plan(
+                Interrupted.of_record(record), entries=entries, state=state
             )
-            if queued is not None:
-                self._turns.put_nowait(queued)
+            if recovered is not None:
+                self._turns.put_nowait(self._recovery_turn(recovered))
 
-    async def _plan_recovery(
-        self,
-        interrupted: _Interrupted,
-        *,
-        entries: list[LogEntry] | None = None,
-        state: StreamState | None = None,
-    ) -> _QueuedTurn | None:
-        """Decide what happens to an interrupted turn: rebuild its partial reply from the log,
-        count the attempt against the incident's budget, ask the agent, then store the partial
-        and return the turn that continues (or retries) it; None when recovery ends here."""
-        if entries is None or state is None:
-            entries = await self.emit.history()
-            state = await self.emit.state()
-        request_id = interrupted.request_id
-        snap = interrupted.snapshot
-        config = self.agent.chat_recovery
-        rebuilt = rebuild_stream(entries, request_id)
-        anchor = snap.get("anchor") if isinstance(snap.get("anchor"), str) else None
-        raw_ids = snap.get("userMessageIds")
-        user_ids = [str(i) for i in raw_ids] if isinstance(raw_ids, list) else []
-        root = str(snap.get("root") or request_id)
-        continuation = interrupted.continuation or rebuilt.continuation
-        assembler: ReplyAssembler | None = None
-        if rebuilt.stream_id:
-            assembler = ReplyAssembler(self._recovery_base(rebuilt), continuation=continuation)
-            for chunk in rebuilt.chunks:
-                assembler.process(chunk)
-        partial = assembler.message if assembler is not None and rebuilt.chunks else None
-        parts: list[JSONDict] = list(partial["parts"]) if partial is not None else []
-        message_ids = None if continuation else user_ids
-        if partial is not None and any(c.get("type") == "finish" for c in rebuilt.chunks):
-            # The whole reply reached the log; only storing it was lost. No model call needed.
-            await self._write(
-                _chain(self._store_partial(partial), self._settle_turn(request_id, "completed"))
-            )
-            self.agent.messages = self.transcript.messages
-            self.emit.messages(self.transcript.messages)
-            self.emit.terminal(
-                request_id,
-                outcome=None,
-                message_ids=message_ids,
-                continuation=continuation,
-                streamed=True,
-            )
-            return None
-        kind: RecoveryKind = "continue"
-        if partial is None and not continuation:
-            if not self._unanswered(anchor):
-                await self._end_interrupted(request_id, "skipped", continuation, message_ids)
-                return None
-            kind = "retry"
-        incident, evaluation = await self._incidents.open(
-            incident_id(root, user_ids[-1] if user_ids else anchor),
-            request_id=request_id,
-            root=root,
-            kind=kind,
-            progress=rebuilt.progress,
-        )
-        ctx = RecoveryContext(
-            incident_id=incident.incident_id,
-            recovery_root_request_id=root,
-            request_id=request_id,
-            attempt=incident.state.attempt,
-            max_attempts=config.max_attempts,
-            recovery_kind=kind,
-            stream_id=rebuilt.stream_id,
-            partial_text=partial_text(parts),
-            partial_parts=copy.deepcopy(parts),
-            recovery_data=interrupted.stash,
-            messages=copy.deepcopy(self.transcript.messages),
-            last_body=interrupted.body,
-            last_client_tools=interrupted.client_tools,
-            created_at=interrupted.created_at,
-        )
-        sealed = evaluation.sealed
-        if sealed is None and not config.enabled:
-            sealed = "recovery_aborted"
-        if sealed is None and not evaluation.first and not await self._keep_recovering(ctx):
-            sealed = "recovery_aborted"
-        if sealed is None and await self._incidents.tenant_budget_spent():
-            sealed = "tenant_budget_exceeded"
-        waiting = self._client_tools(interrupted.client_tools)
-        if partial is not None and pending_client_interaction(parts, waiting):
-            # Waiting for a human is not a failure: park the turn where it stands.
-            await self._write(
-                _chain(
-                    self._store_partial(partial),
-                    self._settle_turn(request_id, "completed"),
-                    self._incidents.record(incident, "skipped", "awaiting_client_interaction"),
-                )
-            )
-            self._incidents.event("chat:recovery:skipped", incident, "awaiting_client_interaction")
-            self.emit.terminal(
-                request_id,
-                outcome=None,
-                message_ids=message_ids,
-                continuation=continuation,
-                streamed=True,
-            )
-            return None
-        if sealed is not None:
-            await self._exhaust(incident, ctx, sealed, self._store_partial(partial), continuation)
-            return None
-        options = await self._on_recovery(ctx)
-        keep = options.persist or has_settled_tool_results(parts)
-        # Only a partial that is kept enters the transcript (memory and SQL alike).
-        store_partial = self._store_partial(partial) if keep else None
-        if not options.continue_turn:
-            await self._write(
-                _chain(
-                    store_partial,
-                    self._settle_turn(request_id, "aborted"),
-                    self._incidents.record(incident, "skipped", "continue_disabled"),
-                )
-            )
-            self._incidents.event("chat:recovery:skipped", incident, "continue_disabled")
-            self.emit.terminal(
-                request_id,
-                outcome="aborted",
-                message_ids=message_ids,
-                continuation=continuation,
-                streamed=True,
-            )
-            return None
-
-        async def take_over(tx: FencedTransaction) -> None:
-            await tx.update_turn(request_id, owner=self.shard_id)
-
-        await self._write(
-            _chain(
-                store_partial,
-                take_over,
-                self._incidents.record(incident, "scheduled"),
-            )
-        )
-        self._incidents.event("chat:recovery:scheduled", incident)
-        self.emit.recovering(root, active=True)
-        self.agent.messages = self.transcript.messages
-        request = ChatRequest(
-            request_id=request_id,
-            messages=[],
-            trigger=interrupted.trigger,
-            body=interrupted.body,
-            client_tools=interrupted.client_tools,
-        )
+    def _recovery_turn(self, recovered: Recovered) -> _QueuedTurn:
+        """The queued turn that carries out a recovery plan."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
-        live = state.status == "streaming" and state.request == request_id
-        recovered = _Recovered(
-            incident=incident,
-            assembler=assembler if partial is not None else None,
-            splice=Splice(rebuilt.chunks) if partial is not None else None,
-            next_seq=rebuilt.next_seq,
-            live=live and partial is not None,
-            messages=self._recovery_messages(partial, anchor),
-            text_before=len(ctx.partial_text),
-        )
-        queued = _QueuedTurn(
-            request,
+        return _QueuedTurn(
+            recovered.request,
             "",
             self._generation,
-            anchor if kind == "retry" or not continuation else None,
+            recovered.anchor,
             done,
-            continuation=continuation,
+            continuation=recovered.continuation,
             recovery=recovered,
         )
-        return queued
-
-    def _recovery_base(self, rebuilt: RebuiltStream) -> UIMessage:
-        """The message an interrupted stream was building on: for a continuation, the
-        assistant message as it was when the stream started; else a new one."""
-        if rebuilt.continuation and rebuilt.base_id is not None:
-            index = self.transcript.index_of(rebuilt.base_id)
-            if index is not None:
-                base = copy.deepcopy(self.transcript.messages[index])
-                base["parts"] = list(base.get("parts") or [])[: rebuilt.base_parts]
-                return base
-            return {"id": rebuilt.base_id, "role": "assistant", "parts": []}
-        return {"id": new_assistant_id(), "role": "assistant", "parts": []}
-
-    def _unanswered(self, anchor: str | None) -> bool:
-        """Whether the user message `anchor` is still in the transcript without a reply."""
-        index = self.transcript.index_of(anchor) if anchor is not None else None
-        if index is None:
-            return False
-        messages = self.transcript.messages
-        if messages[index].get("role") != "user":
-            return False
-        return index + 1 == len(messages) or messages[index + 1].get("role") != "assistant"
-
-    def _recovery_messages(self, partial: UIMessage | None, anchor: str | None) -> list[UIMessage]:
-        """The transcript a recovered turn's model sees: up to the message it answers, then
-        the partial reply (which a model with assistant prefill continues)."""
-        messages = list(self.transcript.messages)
-        if partial is not None:
-            index = self.transcript.index_of(str(partial["id"]))
-            if index is not None:
-                return [*messages[:index], copy.deepcopy(partial)]
-        at = self.transcript.index_of(anchor) if anchor is not None else None
-        head = messages if at is None else messages[: at + 1]
-        return head if partial is None else [*head, copy.deepcopy(partial)]
-
-    def _store_partial(
-        self, partial: UIMessage | None
-    ) -> Callable[[FencedTransaction], Awaitable[None]] | None:
-        """Put a partial reply in the transcript; returns the write that stores it."""
-        if partial is None:
-            return None
-        change = self.transcript.put_reply(copy.deepcopy(partial), anchor=None)
-        return change.apply
-
-    def _settle_turn(
-        self, request_id: str, status: TurnStatus, error: str | None = None
-    ) -> Callable[[FencedTransaction], Awaitable[None]]:
-        async def settle(tx: FencedTransaction) -> None:
-            await tx.update_turn(request_id, status=status, error=error, owner=self.shard_id)
-
-        return settle
-
-    async def _end_interrupted(
-        self, request_id: str, status: TurnStatus, continuation: bool, ids: list[str] | None
-    ) -> None:
-        """End an interrupted turn that has nothing left to recover."""
-        await self._write(self._settle_turn(request_id, status))
-        self.emit.terminal(
-            request_id,
-            outcome=status,
-            message_ids=ids,
-            continuation=continuation,
-            streamed=False,
-        )
-
-    async def _keep_recovering(self, ctx: RecoveryContext) -> bool:
-        try:
-            return bool(await self.agent.should_keep_recovering(ctx))
-        except Exception:
-            log.exception("should_keep_recovering failed; recovering anyway")
-            return True
-
-    async def _on_recovery(self, ctx: RecoveryContext) -> RecoveryOptions:
-        try:
-            return await self.agent.on_chat_recovery(ctx)
-        except Exception:
-            log.exception("on_chat_recovery failed; using the defaults")
-            return RecoveryOptions()
-
-    async def _exhaust(
-        self,
-        incident: Incident,
-        ctx: RecoveryContext,
-        reason: SealReason,
-        store_partial: Callable[[FencedTransaction], Awaitable[None]] | None,
-        continuation: bool,
-    ) -> None:
-        """Give up on an incident: tell the agent, store the partial, end the turn with the
-        terminal message and record it for clients that reconnect later."""
-        text = self.agent.chat_recovery.terminal_message
-        exhausted = ExhaustedContext(
-            incident_id=incident.incident_id,
-            request_id=ctx.request_id,
-            recovery_root_request_id=ctx.recovery_root_request_id,
-            attempt=ctx.attempt,
-            max_attempts=ctx.max_attempts,
-            recovery_kind=ctx.recovery_kind,
-            stream_id=ctx.stream_id,
-            created_at=ctx.created_at,
-            partial_text=ctx.partial_text,
-            partial_parts=ctx.partial_parts,
-            reason=reason,
-            terminal_message=text,
-        )
-        emit_event(
-            "chat:recovery:exhausted",
-            agent=self.key.agent,
-            name=self.key.name,
-            tenant=self.key.tenant,
-            payload={
-                **incident.payload(reason),
-                "recoveryRootRequestId": ctx.recovery_root_request_id,
-                "streamId": ctx.stream_id,
-                "createdAt": ctx.created_at,
-                "partialText": ctx.partial_text,
-                "terminalMessage": text,
-            },
-        )
-        try:
-            await self.agent.on_exhausted(exhausted)
-        except Exception:
-            log.exception("on_exhausted failed")
-        await self._write(
-            _chain(
-                store_partial,
-                self._settle_turn(ctx.request_id, "error", text),
-                self._incidents.record(incident, "exhausted", reason),
-            )
-        )
-        self.agent.messages = self.transcript.messages
-        if store_partial is not None:
-            self.emit.messages(self.transcript.messages)
-        self.emit.terminal_error(ctx.request_id, text, continuation=continuation)
-        self.emit.recovering(ctx.recovery_root_request_id, active=False)
-
-    def _finish_recovery(self, recovered: _Recovered, outcome: str, reply: UIMessage) -> None:
-        """Close the incident of a recovered turn that ran to its end."""
-        incident = recovered.incident
-        if outcome == "error":
-            self._incidents.event("chat:recovery:failed", incident)
-        else:
-            self._incidents.event("chat:recovery:completed", incident)
-        self.emit.recovering(incident.root_request_id, active=False)
-        used = len(partial_text(list(reply.get("parts") or []))) - recovered.text_before
-        self._spawn(self._incidents.charge(used))
 
     async def stash(self, data: Any) -> None:
         """See `Agent.stash`."""
@@ -1081,9 +733,7 @@ class ConversationActor:
             self._active[1].set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout)
-        if self._last_write is not None:
-            with contextlib.suppress(Exception):
-                await self._last_write
+        await self._writes.settled()
         await self.emit.flush()
 
     def _model_view(self, anchor: str | None) -> list[UIMessage]:
@@ -1096,12 +746,6 @@ class ConversationActor:
             return list(messages)
         later = [m for m in messages[at + 1 :] if m.get("role") == "assistant"]
         return [*messages[:at], *later, messages[at]]
-
-    def _client_tools(self, schemas: list[JSONDict] | None) -> set[str]:
-        """Names of the tools the client resolves: the agent's client tools and the
-        request's dynamic ones."""
-        names = {t.name for t in self.agent.tools if t.is_client}
-        return names | {str(t.get("name")) for t in schemas or [] if isinstance(t, dict)}
 
     # The programmatic API (`durachat.agent.AgentHost`).
 
@@ -1132,7 +776,7 @@ class ConversationActor:
             _, change = self.transcript.persist(wanted)
 
             queued.anchor = self.transcript.messages[-1]["id"] if self.transcript.messages else None
-            snapshot = _snapshot(request, queued.anchor, self.emit.branch)
+            snapshot = turn_snapshot(request, queued.anchor, self.emit.branch)
 
             async def record(tx: FencedTransaction) -> None:
                 await tx.begin_turn(
@@ -1329,10 +973,10 @@ class ConversationActor:
                     # The model stream stalled: recover the turn here and now, ahead of the
                     # turns queued behind it.
                     await self.emit.flush()
-                    retry = await self._plan_recovery(self._interrupted(queued))
-                    if retry is None:
+                    plan = await self._planner.plan(self._interrupted(queued))
+                    if plan is None:
                         break
-                    queued = retry
+                    queued = self._recovery_turn(plan)
                     result = await self._run_turn(queued)
             except FencedError:
                 metrics.FENCED.inc()
@@ -1541,9 +1185,7 @@ class ConversationActor:
                 request.request_id, status=outcome, message_id=str(reply["id"]), error=error_text
             )
             if recovered is not None:
-                await self._incidents.record(
-                    recovered.incident, "completed" if outcome != "error" else "failed"
-                )(tx)
+                await self._planner.settle(recovered, outcome)(tx)
 
         # The reply is durable before anyone is told the turn is over.
         try:
@@ -1574,7 +1216,7 @@ class ConversationActor:
             streamed=True,
         )
         if recovered is not None:
-            self._finish_recovery(recovered, outcome, reply)
+            self._planner.finished(recovered, outcome, reply)
         self._event(
             "message:error" if outcome == "error" else "message:response",
             {"requestId": request.request_id, "status": outcome}
@@ -1589,34 +1231,6 @@ class ConversationActor:
             message=copy.deepcopy(reply) if stored else None,
             continuation=continuation,
         )
-
-
-def _snapshot(request: ChatRequest, anchor: str | None, branch: str) -> JSONDict:
-    """What a turn's record keeps so another worker can run it again: the request context,
-    the message the reply answers and the user messages it was sent with."""
-    snapshot: JSONDict = {
-        "body": request.body,
-        "clientTools": request.client_tools,
-        "anchor": anchor,
-        "userMessageIds": request.user_message_ids,
-        "branch": branch,
-    }
-    if request.trigger == "regenerate-message":
-        snapshot["regenerate"] = True
-    return snapshot
-
-
-def _chain(
-    *writes: Callable[[FencedTransaction], Awaitable[None]] | None,
-) -> Callable[[FencedTransaction], Awaitable[None]]:
-    """One write doing `writes` in order, in the same transaction (None entries skipped)."""
-
-    async def run(tx: FencedTransaction) -> None:
-        for write in writes:
-            if write is not None:
-                await write(tx)
-
-    return run
 
 
 async def _close(stream: AsyncIterator[UIChunk]) -> None:
