@@ -13,13 +13,12 @@ import copy
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from durachat.agent import Agent, MessagesOrUpdate, Turn, TurnResult, TurnStatusName
-from durachat.messages import ReplyAssembler, new_assistant_id, new_request_id, repair_transcript
-from durachat.models import ModelError
+from durachat.agent import Agent, MessagesOrUpdate, TurnResult
+from durachat.messages import new_request_id
 from durachat.observability import EventType
 from durachat.observability import emit as emit_event
 from durachat.protocol import MessageType
@@ -29,7 +28,7 @@ from durachat.tools import (
     parallel_batch_incomplete,
     pending_interaction,
 )
-from durachat.types import JSONDict, UIChunk, UIMessage
+from durachat.types import JSONDict, UIMessage
 from durachat_infra.eventlog import only
 from durachat_infra.store import (
     ConversationKey,
@@ -37,9 +36,10 @@ from durachat_infra.store import (
     FencedTransaction,
     Store,
     TurnRecord,
-    TurnStatus,
 )
 from durachat_shard import metrics
+from durachat_shard.actor.runner import TurnRunner
+from durachat_shard.actor.state import ActorState, PendingContinuation, QueuedTurn
 from durachat_shard.actor.writes import WriteChain
 from durachat_shard.concurrency import Concurrency, merge_user_messages
 from durachat_shard.emitter import Emitter
@@ -54,7 +54,6 @@ from durachat_shard.recovery import (
 from durachat_shard.requests import (
     ChatRequest,
     FrameError,
-    client_tool_names,
     parse_chat_request,
     parse_messages,
 )
@@ -79,35 +78,6 @@ class _Inbound:
     handled: asyncio.Future[None]
 
 
-@dataclass(slots=True)
-class _QueuedTurn:
-    request: ChatRequest
-    requester: str
-    generation: int
-    anchor: str | None
-    """Id of the message the reply answers (the leaf when the request was accepted)."""
-    accepted: asyncio.Future[None]
-    """Resolves once the request and its messages are durable."""
-    continuation: bool = False
-    seq: int = 0
-    """Order of the send among this conversation's sends (for `latest`-like strategies)."""
-    debounce_until: float | None = None
-    """When a debounced send may run (monotonic time)."""
-    done: asyncio.Future[TurnResult] | None = None
-    """Told how the turn ended (programmatic turns wait on it)."""
-    prepare: Callable[[_QueuedTurn], None] | None = None
-    """Run when the turn reaches the front, before it starts (`save_messages`)."""
-    recovery: Recovered | None = None
-    """Set when the turn recovers an interrupted one."""
-
-
-@dataclass(slots=True)
-class _PendingContinuation:
-    request_id: str
-    requester: str
-    timer: asyncio.TimerHandle | None = None
-
-
 COALESCE_CONTINUATION = 0.05
 """Seconds tool results are gathered before a continuation starts (one for a whole batch)."""
 
@@ -117,10 +87,6 @@ FIND_TOOL_PART_WAIT = 2.0
 
 class _DuplicateRequestError(Exception):
     """The database already holds a turn with this request id."""
-
-
-class _StreamStalledError(Exception):
-    """The model stream was silent for longer than the agent's `stream_stall_timeout`."""
 
 
 RECENT_REQUESTS = 512
@@ -155,27 +121,14 @@ class ConversationActor:
         self.emit = emitter
         self.last_active = time.monotonic()
         self._inbox: asyncio.Queue[_Inbound] = asyncio.Queue()
-        self._turns: asyncio.Queue[_QueuedTurn] = asyncio.Queue()
-        self._generation = 0
-        self._active: tuple[str, asyncio.Event] | None = None
+        self._state = ActorState(last_body=last_body, last_client_tools=last_client_tools)
         self._tasks: list[asyncio.Task[None]] = []
-        self._fenced = False
-        self._stopping = False
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._writes = WriteChain[FencedTransaction](
             lambda: store.transaction(conversation_id, epoch), on_failure=self._write_failed_off
         )
-        self._last_body: JSONDict | None = last_body
-        self._last_client_tools: list[JSONDict] | None = last_client_tools
-        self._continuation: _PendingContinuation | None = None
         self._concurrency = Concurrency.parse(agent.message_concurrency)
-        self._submits = 0
         self._merge_from: int | None = None
-        self._inflight: JSONDict | None = None
         self._background: set[asyncio.Task[None]] = set()
-        self._checkpointing = False
-        self._write_failed = False
         self.on_cleared: Callable[[], None] | None = None
         """Told when the conversation was cleared (on main: every other branch is gone)."""
         self.open_branch: Callable[[str], Awaitable[ConversationActor]] | None = None
@@ -183,7 +136,6 @@ class ConversationActor:
         edit or a regenerate is answered."""
         self._forked: dict[str, Fork] = {}
         """Requests answered on a branch forked for them, by request id (with the branch id)."""
-        self._stashes: dict[str, Any] = {}
         self._incidents = incidents or Incidents(
             store=store,
             conversation_id=conversation_id,
@@ -205,6 +157,17 @@ class ConversationActor:
             sync_agent=self._sync_agent,
             spawn=self._spawn,
         )
+        self._runner = TurnRunner(
+            agent=agent,
+            transcript=transcript,
+            emit=emitter,
+            writes=self._writes,
+            state=self._state,
+            ledger=SqlToolLedger(self._write, shard_id),
+            recovery=self._planner,
+            sync_agent=self._sync_agent,
+            event=self._event,
+        )
         # Request ids already accepted, newest last: a retried request is recognised without a
         # database round trip (loaded from the turns table on activation).
         self._recent: dict[str, None] = dict.fromkeys(reversed(recent_requests or []))
@@ -223,14 +186,14 @@ class ConversationActor:
     async def stop(self, *, timeout: float = 5.0) -> None:
         """Stop: handle the inputs already received, end the running turn cleanly (aborted, its
         partial reply stored and its stream closed), skip queued turns, then stop the tasks."""
-        self._stopping = True
-        if not self._fenced:
+        self._state.stopping = True
+        if not self._state.fenced:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._inbox.join(), timeout)
-            if self._active is not None:
-                self._active[1].set()
+            if self._state.active is not None:
+                self._state.active.abort.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), timeout)
+                await asyncio.wait_for(self._state.idle.wait(), timeout)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -240,18 +203,22 @@ class ConversationActor:
     @property
     def busy(self) -> bool:
         """Whether a turn is running or waiting, or inputs are queued."""
-        return self._active is not None or not self._turns.empty() or not self._inbox.empty()
+        return (
+            self._state.active is not None
+            or not self._state.turns.empty()
+            or not self._inbox.empty()
+        )
 
     @property
     def fenced(self) -> bool:
         """True once a write was rejected: this shard no longer owns the conversation."""
-        return self._fenced
+        return self._state.fenced
 
     def step_down(self) -> None:
         """Stop acting for the conversation: another shard owns it now."""
-        self._fenced = True
-        if self._active is not None:
-            self._active[1].set()
+        self._state.fenced = True
+        if self._state.active is not None:
+            self._state.active.abort.set()
 
     def submit(self, connection_id: str, frame: JSONDict) -> asyncio.Future[None]:
         """Queue a client frame (already known to be a JSON object with a string `type`);
@@ -275,7 +242,7 @@ class ConversationActor:
             log.warning("conversation %s: write fenced off, stepping down", self.conversation_id)
         else:
             log.error("conversation %s: write failed, stepping down: %r", self.conversation_id, exc)
-            self._write_failed = True
+            self._state.write_failed = True
         self.step_down()
 
     async def settled_writes(self) -> None:
@@ -305,7 +272,7 @@ class ConversationActor:
                 log.warning(
                     "conversation %s: write fenced off, stepping down", self.conversation_id
                 )
-                self._fenced = True
+                self._state.fenced = True
                 return
             except Exception:
                 log.exception("conversation %s: input failed", self.conversation_id)
@@ -355,8 +322,8 @@ class ConversationActor:
             await self._tool_approval(connection_id, frame)
         elif kind == MessageType.CHAT_REQUEST_CANCEL.value:
             request_id = frame.get("id")
-            if self._active is not None and self._active[0] == request_id:
-                self._active[1].set()
+            if self._state.active is not None and self._state.active.request_id == request_id:
+                self._state.active.abort.set()
                 self._event(EventType.MESSAGE_CANCEL, {"requestId": request_id})
             elif isinstance(request_id, str) and request_id in self._forked:
                 # Sent before its sender heard that the request moved to a new branch.
@@ -375,15 +342,15 @@ class ConversationActor:
             await self._pass_on(forked.branch, requester, frame)
             return
         incoming = self.transcript.reconcile(request.messages)
-        inflight = self._inflight if self._active is not None else None
+        inflight = self._state.inflight if self._state.active is not None else None
         fork = self.transcript.fork_of(incoming, inflight=inflight)
         if fork is not None:
             await self._fork(requester, request, frame, fork)
             return
         self._remember(request.request_id)
-        self._last_body = request.body
-        self._last_client_tools = request.client_tools
-        overlapping = self._active is not None or not self._turns.empty()
+        self._state.last_body = request.body
+        self._state.last_client_tools = request.client_tools
+        overlapping = self._state.active is not None or not self._state.turns.empty()
         submit = request.trigger == "submit-message"
         strategy = self._concurrency.strategy
         if overlapping and submit and strategy == "drop":
@@ -428,13 +395,13 @@ class ConversationActor:
         else:
             self.emit.messages(merged, exclude=requester)
         self._event(EventType.MESSAGE_REQUEST, {"requestId": request.request_id})
-        queued = _QueuedTurn(request, requester, self._generation, anchor, accepted)
+        queued = QueuedTurn(request, requester, self._state.generation, anchor, accepted)
         if submit:
-            self._submits += 1
-            queued.seq = self._submits
+            self._state.submits += 1
+            queued.seq = self._state.submits
             if overlapping and strategy == "debounce":
                 queued.debounce_until = time.monotonic() + self._concurrency.debounce_ms / 1000
-        self._turns.put_nowait(queued)
+        self._state.turns.put_nowait(queued)
 
     async def _fork(
         self, requester: str, request: ChatRequest, frame: JSONDict, fork: Fork
@@ -445,11 +412,11 @@ class ConversationActor:
         if self.open_branch is None:
             raise FrameError("branching_unavailable", "this conversation cannot fork branches")
         below = self.transcript.messages[fork.at - 1]["id"] if fork.at else None
-        if self._active is not None:
-            self._active[1].set()
-            self._event(EventType.MESSAGE_CANCEL, {"requestId": self._active[0]})
+        if self._state.active is not None:
+            self._state.active.abort.set()
+            self._event(EventType.MESSAGE_CANCEL, {"requestId": self._state.active.request_id})
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), FORK_CANCEL_WAIT)
+                await asyncio.wait_for(self._state.idle.wait(), FORK_CANCEL_WAIT)
         name = f"{fork.kind}-{uuid.uuid4().hex[:8]}"
         try:
             record = await self.run_write(
@@ -499,8 +466,8 @@ class ConversationActor:
         """Refuse an overlapping send (the `drop` strategy): nothing is stored; the sender gets
         the server's transcript back, the reply in progress included."""
         rollback = list(self.transcript.messages)
-        if self._inflight is not None:
-            rollback.append(copy.deepcopy(self._inflight))
+        if self._state.inflight is not None:
+            rollback.append(copy.deepcopy(self._state.inflight))
         self.emit.to(requester, {"type": MessageType.CHAT_MESSAGES.value, "messages": rollback})
         self.emit.terminal(
             request.request_id,
@@ -518,7 +485,7 @@ class ConversationActor:
             raise FrameError("invalid_frame", "a tool result needs a `toolCallId`")
         client_tools = frame.get("clientTools")
         if isinstance(client_tools, list) and client_tools:
-            self._last_client_tools = client_tools
+            self._state.last_client_tools = client_tools
         state = frame.get("state")
         error_text = frame.get("errorText")
         await self._change_tool_part(
@@ -536,7 +503,7 @@ class ConversationActor:
         # A failed client tool never continues on its own (the client decides what next); but
         # any result may complete a batch whose continuation an earlier result asked for.
         if (frame.get("autoContinue") is True and state != "output-error") or (
-            self._continuation is not None
+            self._state.continuation is not None
         ):
             self._schedule_continuation(requester)
 
@@ -558,10 +525,10 @@ class ConversationActor:
         """Apply a tool result or approval to the part of `call_id`: store the message, tell
         every tab (`cf_agent_message_updated`). Re-applying the same change does nothing."""
         located = self._find_tool_part(call_id)
-        if located is None and self._active is not None:
+        if located is None and self._state.active is not None:
             # The turn that made the call may still be storing it.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), FIND_TOOL_PART_WAIT)
+                await asyncio.wait_for(self._state.idle.wait(), FIND_TOOL_PART_WAIT)
             located = self._find_tool_part(call_id)
         if located is None:
             raise FrameError("unknown_tool_call", f"no tool call {call_id!r} in this conversation")
@@ -589,11 +556,11 @@ class ConversationActor:
         """Continue the last assistant message after tool results or approvals, once, for a
         whole batch: results arriving close together share one continuation, and it waits
         while a parallel batch still has calls without results."""
-        pending = self._continuation
+        pending = self._state.continuation
         if pending is None:
-            pending = _PendingContinuation(new_request_id(), requester)
-            self._continuation = pending
-            if self._active is None and self._turns.empty():
+            pending = PendingContinuation(new_request_id(), requester)
+            self._state.continuation = pending
+            if self._state.active is None and self._state.turns.empty():
                 self.emit.pending(pending.request_id)
         elif pending.timer is not None:
             pending.timer.cancel()
@@ -602,7 +569,7 @@ class ConversationActor:
         )
 
     def _fire_continuation(self) -> None:
-        pending = self._continuation
+        pending = self._state.continuation
         if pending is None:
             return
         last = self.transcript.messages[-1] if self.transcript.messages else None
@@ -612,7 +579,7 @@ class ConversationActor:
             return
         if parallel_batch_incomplete(last.get("parts") or []):
             return  # the last result of the batch re-arms it
-        self._continuation = None
+        self._state.continuation = None
         request_id = pending.request_id
 
         async def record(tx: FencedTransaction) -> None:
@@ -621,8 +588,8 @@ class ConversationActor:
                 kind="continuation",
                 owner=self.shard_id,
                 request={
-                    "body": self._last_body,
-                    "clientTools": self._last_client_tools,
+                    "body": self._state.last_body,
+                    "clientTools": self._state.last_client_tools,
                     "continuation": True,
                     "branch": self.emit.branch,
                 },
@@ -632,44 +599,21 @@ class ConversationActor:
             request_id=request_id,
             messages=[],
             trigger="submit-message",
-            body=self._last_body,
-            client_tools=self._last_client_tools,
+            body=self._state.last_body,
+            client_tools=self._state.last_client_tools,
         )
-        self._turns.put_nowait(
-            _QueuedTurn(
+        self._state.turns.put_nowait(
+            QueuedTurn(
                 request,
                 pending.requester,
-                self._generation,
+                self._state.generation,
                 None,
                 self._write_behind(record),
                 continuation=True,
             )
         )
 
-    def _trim(self) -> Change:
-        """Cut the transcript down to the agent's `max_persisted_messages`, if it has one."""
-        limit = self.agent.max_persisted_messages
-        return self.transcript.trim(limit) if limit else Change("main")
-
-    def _repair_before_turn(self, request: ChatRequest) -> None:
-        """Settle tool calls a crash or an abandoned turn left without a result, so the model
-        never sees a call without an answer; approvals and client calls still pending stay."""
-        repaired, changed = repair_transcript(
-            self.transcript.messages,
-            client_tool_names=client_tool_names(self.agent.tools, request.client_tools),
-        )
-        if not changed:
-            return
-        change = Change("main")
-        for index in changed:
-            change.ops.extend(self.transcript.put_reply(repaired[index], anchor=None).ops)
-        self._write_behind(change.apply)
-        self.agent.messages = self.transcript.messages
-        self.emit.messages(self.transcript.messages)
-
-    # Recovery of interrupted turns (docs/recovery.md).
-
-    def _interrupted(self, queued: _QueuedTurn) -> Interrupted:
+    def _interrupted(self, queued: QueuedTurn) -> Interrupted:
         """A turn of this tenure whose stream stalled, as recovery sees it."""
         snapshot = turn_snapshot(queued.request, queued.anchor, self.emit.branch)
         if queued.recovery is not None:
@@ -678,7 +622,7 @@ class ConversationActor:
             queued.request.request_id,
             snapshot,
             queued.continuation,
-            self._stashes.get(queued.request.request_id),
+            self._state.stashes.get(queued.request.request_id),
             time.time(),
         )
 
@@ -694,16 +638,16 @@ class ConversationActor:
                 Interrupted.of_record(record), entries=entries, state=state
             )
             if recovered is not None:
-                self._turns.put_nowait(self._recovery_turn(recovered))
+                self._state.turns.put_nowait(self._recovery_turn(recovered))
 
-    def _recovery_turn(self, recovered: Recovered) -> _QueuedTurn:
+    def _recovery_turn(self, recovered: Recovered) -> QueuedTurn:
         """The queued turn that carries out a recovery plan."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
-        return _QueuedTurn(
+        return QueuedTurn(
             recovered.request,
             "",
-            self._generation,
+            self._state.generation,
             recovered.anchor,
             done,
             continuation=recovered.continuation,
@@ -712,10 +656,10 @@ class ConversationActor:
 
     async def stash(self, data: Any) -> None:
         """See `Agent.stash`."""
-        if self._active is None:
+        if self._state.active is None:
             raise RuntimeError("stash() needs a running turn")
-        request_id = self._active[0]
-        self._stashes[request_id] = data
+        request_id = self._state.active.request_id
+        self._state.stashes[request_id] = data
 
         async def keep(tx: FencedTransaction) -> None:
             await tx.update_turn(request_id, stash={"data": data})
@@ -725,29 +669,16 @@ class ConversationActor:
     async def checkpoint(self, *, timeout: float = 5.0) -> None:
         """Hand the conversation over: stop without ending the running turn, so the next owner
         continues it from the event log (and runs the queued ones)."""
-        self._checkpointing = True
-        self._stopping = True
+        self._state.checkpointing = True
+        self._state.stopping = True
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._inbox.join(), timeout)
-        if self._active is not None:
-            self._active[1].set()
+        if self._state.active is not None:
+            self._state.active.abort.set()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), timeout)
+            await asyncio.wait_for(self._state.idle.wait(), timeout)
         await self._writes.settled()
         await self.emit.flush()
-
-    def _model_view(self, anchor: str | None) -> list[UIMessage]:
-        """The transcript a new turn answers: up to its own user message (`anchor`), which
-        comes last. Replies to earlier messages that were stored after it (they streamed while
-        it waited in the queue) go before it; messages sent after it are the next turns'."""
-        messages = self.transcript.messages
-        at = self.transcript.index_of(anchor) if anchor is not None else None
-        if at is None:
-            return list(messages)
-        later = [m for m in messages[at + 1 :] if m.get("role") == "assistant"]
-        return [*messages[:at], *later, messages[at]]
-
-    # The programmatic API (`durachat.agent.AgentHost`).
 
     async def persist_messages(self, messages: list[UIMessage]) -> None:
         """See `Agent.persist_messages`."""
@@ -765,12 +696,12 @@ class ConversationActor:
             request_id=new_request_id(),
             messages=[],
             trigger="submit-message",
-            body=body if body is not None else self._last_body,
-            client_tools=self._last_client_tools,
+            body=body if body is not None else self._state.last_body,
+            client_tools=self._state.last_client_tools,
         )
         done: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
 
-        def prepare(queued: _QueuedTurn) -> None:
+        def prepare(queued: QueuedTurn) -> None:
             current = self.transcript.messages
             wanted = messages(list(current)) if callable(messages) else messages
             _, change = self.transcript.persist(wanted)
@@ -790,8 +721,10 @@ class ConversationActor:
 
         resolved: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         resolved.set_result(None)
-        self._turns.put_nowait(
-            _QueuedTurn(request, "", self._generation, None, resolved, done=done, prepare=prepare)
+        self._state.turns.put_nowait(
+            QueuedTurn(
+                request, "", self._state.generation, None, resolved, done=done, prepare=prepare
+            )
         )
         return await done
 
@@ -804,8 +737,8 @@ class ConversationActor:
             request_id=new_request_id(),
             messages=[],
             trigger="submit-message",
-            body=body if body is not None else self._last_body,
-            client_tools=self._last_client_tools,
+            body=body if body is not None else self._state.last_body,
+            client_tools=self._state.last_client_tools,
         )
         done: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
 
@@ -817,11 +750,11 @@ class ConversationActor:
                 request={"body": request.body, "continuation": True, "branch": self.emit.branch},
             )
 
-        self._turns.put_nowait(
-            _QueuedTurn(
+        self._state.turns.put_nowait(
+            QueuedTurn(
                 request,
                 "",
-                self._generation,
+                self._state.generation,
                 None,
                 self._write_behind(record),
                 continuation=True,
@@ -835,9 +768,9 @@ class ConversationActor:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             settled = (
-                self._active is None
-                and self._turns.empty()
-                and self._continuation is None
+                self._state.active is None
+                and self._state.turns.empty()
+                and self._state.continuation is None
                 and not self.has_pending_interaction()
             )
             if settled:
@@ -848,7 +781,9 @@ class ConversationActor:
 
     def has_pending_interaction(self) -> bool:
         """See `Agent.has_pending_interaction`."""
-        if self._inflight is not None and pending_interaction(self._inflight.get("parts") or []):
+        if self._state.inflight is not None and pending_interaction(
+            self._state.inflight.get("parts") or []
+        ):
             return True
         return any(
             pending_interaction(m.get("parts") or [])
@@ -858,31 +793,31 @@ class ConversationActor:
 
     def abort_request(self, request_id: str) -> bool:
         """See `Agent.abort_request`."""
-        if self._active is not None and self._active[0] == request_id:
-            self._active[1].set()
+        if self._state.active is not None and self._state.active.request_id == request_id:
+            self._state.active.abort.set()
             return True
         return False
 
     def abort_all_requests(self) -> None:
         """See `Agent.abort_all_requests`."""
-        if self._active is not None:
-            self._active[1].set()
+        if self._state.active is not None:
+            self._state.active.abort.set()
 
     async def reset_turn_state(self) -> None:
         """See `Agent.reset_turn_state`. The aborted reply is stored, as after a cancel."""
         self.abort_all_requests()
-        while not self._turns.empty():
-            await self._skip(self._turns.get_nowait())
+        while not self._state.turns.empty():
+            await self._skip(self._state.turns.get_nowait())
         self._drop_continuation()
 
     def _drop_continuation(self) -> None:
         """Forget a scheduled continuation, ending the pending state it announced."""
-        pending, self._continuation = self._continuation, None
+        pending, self._state.continuation = self._state.continuation, None
         if pending is None:
             return
         if pending.timer is not None:
             pending.timer.cancel()
-        if self._active is None and self._turns.empty():
+        if self._state.active is None and self._state.turns.empty():
             self.emit.idle(pending.request_id)
 
     def _remember(self, request_id: str) -> None:
@@ -908,11 +843,11 @@ class ConversationActor:
         )
 
     async def _clear(self, connection_id: str) -> None:
-        self._generation += 1
-        if self._active is not None:
-            self._active[1].set()
-        while not self._turns.empty():
-            skipped = self._turns.get_nowait()
+        self._state.generation += 1
+        if self._state.active is not None:
+            self._state.active.abort.set()
+        while not self._state.turns.empty():
+            skipped = self._state.turns.get_nowait()
             await self._skip(skipped)
         self._drop_continuation()
         await self._write(self.transcript.clear().apply)
@@ -922,7 +857,7 @@ class ConversationActor:
             self.on_cleared()
         self._event(EventType.MESSAGE_CLEAR, {})
 
-    async def _skip(self, queued: _QueuedTurn) -> None:
+    async def _skip(self, queued: QueuedTurn) -> None:
         request_id = queued.request.request_id
 
         async def settle(tx: FencedTransaction) -> None:
@@ -939,37 +874,37 @@ class ConversationActor:
             streamed=False,
             target=only(queued.requester),
             # While another turn streams, the stream state stays that turn's.
-            change_state=self._active is None,
+            change_state=self._state.active is None,
         )
 
     async def _turn_loop(self) -> None:
         while True:
-            queued = await self._turns.get()
-            if queued.generation != self._generation:
+            queued = await self._state.turns.get()
+            if queued.generation != self._state.generation:
                 await self._skip(queued)
                 continue
-            if self._stopping:
-                if not self._checkpointing:
+            if self._state.stopping:
+                if not self._state.checkpointing:
                     await self._skip(queued)
                 continue
             if queued.debounce_until is not None:
                 await asyncio.sleep(max(0.0, queued.debounce_until - time.monotonic()))
-            if self._concurrency.supersedes and 0 < queued.seq < self._submits:
+            if self._concurrency.supersedes and 0 < queued.seq < self._state.submits:
                 # A newer send came in meanwhile; it answers everything (`latest` and kin).
                 await self._skip(queued)
                 continue
-            if queued.generation != self._generation:
+            if queued.generation != self._state.generation:
                 await self._skip(queued)
                 continue
-            self._idle.clear()
+            self._state.idle.clear()
             result: TurnResult | None = TurnResult(
                 queued.request.request_id, "error", "the turn failed"
             )
             try:
                 if queued.prepare is not None:
                     queued.prepare(queued)
-                result = await self._run_turn(queued)
-                while result is None and not self._stopping and not self._fenced:
+                result = await self._runner.run(queued)
+                while result is None and not self._state.stopping and not self._state.fenced:
                     # The model stream stalled: recover the turn here and now, ahead of the
                     # turns queued behind it.
                     await self.emit.flush()
@@ -977,18 +912,18 @@ class ConversationActor:
                     if plan is None:
                         break
                     queued = self._recovery_turn(plan)
-                    result = await self._run_turn(queued)
+                    result = await self._runner.run(queued)
             except FencedError:
                 metrics.FENCED.inc()
                 log.warning("conversation %s: turn fenced off", self.conversation_id)
-                self._fenced = True
+                self._state.fenced = True
                 return
             except Exception:
                 log.exception("conversation %s: turn failed", self.conversation_id)
             finally:
-                self._active = None
-                self._inflight = None
-                self._idle.set()
+                self._state.active = None
+                self._state.inflight = None
+                self._state.idle.set()
                 self.last_active = time.monotonic()
                 if queued.done is not None and not queued.done.done():
                     queued.done.set_result(
@@ -1014,229 +949,3 @@ class ConversationActor:
         emit_event(
             kind, agent=self.key.agent, name=self.key.name, tenant=self.key.tenant, payload=payload
         )
-
-    async def _run_turn(self, queued: _QueuedTurn) -> TurnResult | None:
-        """Run one turn; None when it was interrupted (its stream stalled, or the shard is
-        handing the conversation over) and is left to recovery."""
-        request = queued.request
-        recovered = queued.recovery
-        abort = asyncio.Event()
-        self._active = (request.request_id, abort)
-        self._repair_before_turn(request)
-        messages = self.transcript.messages
-        seq = 0
-        if recovered is not None and recovered.assembler is not None:
-            # Continue the interrupted stream: same request, same flags, the next `seq`.
-            assembler = recovered.assembler
-            continuation = assembler.continuation
-            seq = recovered.next_seq
-            if not recovered.live:
-                self.emit.stream_start(request.request_id, continuation=continuation)
-        else:
-            continuation = queued.continuation
-            if continuation and messages and messages[-1].get("role") == "assistant":
-                # A continuation appends to the last assistant message.
-                base = copy.deepcopy(messages[-1])
-            else:
-                base = {"id": new_assistant_id(), "role": "assistant", "parts": []}
-            assembler = ReplyAssembler(base, continuation=continuation)
-            self.emit.stream_start(
-                request.request_id,
-                continuation=continuation,
-                base=(str(base["id"]), len(base["parts"])) if continuation else None,
-            )
-        splice = recovered.splice if recovered is not None else None
-        if recovered is not None:
-            seen = list(recovered.messages)
-        elif continuation:
-            seen = list(messages)
-        else:
-            seen = self._model_view(queued.anchor)
-        turn = Turn(
-            request_id=request.request_id,
-            messages=seen,
-            body=request.body,
-            abort=abort,
-            continuation=continuation or splice is not None,
-            client_tools=request.client_tools,
-            trigger=request.trigger,
-            ledger=SqlToolLedger(self._write, self.shard_id),
-        )
-        self._inflight = assembler.message
-        message_ids = None if continuation else request.user_message_ids
-        outcome: TurnStatus = "completed"
-        error_text: str | None = None
-        stalled = False
-        stream: AsyncIterator[UIChunk] = self.agent.on_chat_message(turn)
-        stall_after = self.agent.stream_stall_timeout
-
-        began = time.monotonic()
-
-        async def pump() -> None:
-            nonlocal seq
-            started = splice is not None
-            chunks = stream.__aiter__()
-            while True:
-                try:
-                    if stall_after > 0:
-                        try:
-                            chunk = await asyncio.wait_for(anext(chunks), stall_after)
-                        except TimeoutError:
-                            raise _StreamStalledError from None
-                    else:
-                        chunk = await anext(chunks)
-                except StopAsyncIteration:
-                    return
-                if splice is not None:
-                    spliced = splice(chunk)
-                    if spliced is None:
-                        continue
-                    chunk = spliced
-                if not started:
-                    started = True
-                    metrics.TIME_TO_FIRST_CHUNK.observe(time.monotonic() - began)
-                    if chunk.get("type") != "start":
-                        # Every reply opens with `start`, which carries the server's message id.
-                        opening = assembler.process({"type": "start"})
-                        if opening is not None:
-                            self.emit.chunk(
-                                request.request_id, seq, opening, continuation=continuation
-                            )
-                            seq += 1
-                out = assembler.process(chunk)
-                if out is not None:
-                    self.emit.chunk(request.request_id, seq, out, continuation=continuation)
-                    seq += 1
-                    if out["type"] == "tool-approval-request":
-                        # Stored at once, so a reload shows the approval to answer.
-                        snapshot = copy.deepcopy(assembler.message)
-                        change = self.transcript.put_reply(snapshot, anchor=None)
-                        self._write_behind(change.apply)
-                if assembler.error_text is not None:
-                    return
-
-        # Two waiters per turn rather than per chunk: the chunk loop stays tight and a cancel
-        # still interrupts it between (or during) chunks.
-        pumping = asyncio.create_task(pump())
-        aborting = asyncio.create_task(abort.wait())
-        try:
-            await asyncio.wait({pumping, aborting}, return_when=asyncio.FIRST_COMPLETED)
-            if not pumping.done():
-                pumping.cancel()
-            try:
-                await pumping
-            except asyncio.CancelledError:
-                if not abort.is_set():
-                    raise
-            if abort.is_set():
-                outcome = "aborted"
-        except _StreamStalledError:
-            stalled = True
-        except ModelError as exc:
-            log.info("model error in %s: %s", request.request_id, exc)
-            error_text = exc.public_message or GENERIC_ERROR
-        except Exception:
-            log.exception("agent failed in %s", request.request_id)
-            error_text = GENERIC_ERROR
-        finally:
-            aborting.cancel()
-            if not pumping.done():
-                pumping.cancel()
-            await _close(stream)
-        if stalled:
-            log.warning("request %s: the model stream stalled", request.request_id)
-            self._event(
-                "chat:stream:stalled",
-                {"requestId": request.request_id, "timeoutMs": int(stall_after * 1000)},
-            )
-            return None
-        if outcome == "aborted" and self._checkpointing:
-            # Handed over mid-stream: the next owner continues it from the log.
-            return None
-        if outcome == "aborted" and self._write_failed and error_text is None:
-            # Stopped because the database refused a write: that is an error, not a cancel.
-            error_text = STORE_ERROR
-        if error_text is None and assembler.error_text is not None:
-            error_text = GENERIC_ERROR
-        if error_text is not None:
-            outcome = "error"
-            self.emit.error(
-                request.request_id,
-                error_text,
-                message_ids=message_ids,
-                continuation=continuation,
-            )
-        metrics.TURNS.labels(outcome).inc()
-        reply = assembler.message
-        cleared = queued.generation != self._generation
-        stored = assembler.has_parts and not cleared
-        # A reply goes at the end of the path, after any message sent while it streamed: that
-        # is where every client (and the reference) shows it, live and after a reload.
-        change = self.transcript.put_reply(reply, anchor=None) if stored else None
-
-        trimmed = self._trim()
-
-        async def settle(tx: FencedTransaction) -> None:
-            # One transaction stores the reply and settles the turn.
-            if change is not None:
-                await change.apply(tx)
-            await trimmed.apply(tx)
-            await tx.update_turn(
-                request.request_id, status=outcome, message_id=str(reply["id"]), error=error_text
-            )
-            if recovered is not None:
-                await self._planner.settle(recovered, outcome)(tx)
-
-        # The reply is durable before anyone is told the turn is over.
-        try:
-            await self._write(settle)
-        except Exception as exc:
-            log.warning("request %s: could not store the reply: %r", request.request_id, exc)
-            stored = False
-            if outcome != "aborted":
-                outcome = "error"
-                self.emit.error(
-                    request.request_id,
-                    GENERIC_ERROR,
-                    message_ids=message_ids,
-                    continuation=continuation,
-                )
-        if stored:
-            self.agent.messages = self.transcript.messages
-            # The requester of a new turn has the reply under the same id already; after a
-            # continuation every tab gets the transcript.
-            self.emit.messages(
-                self.transcript.messages, exclude=None if continuation else queued.requester
-            )
-        self.emit.terminal(
-            request.request_id,
-            outcome=None if outcome == "completed" else outcome,
-            message_ids=message_ids,
-            continuation=continuation,
-            streamed=True,
-        )
-        if recovered is not None:
-            self._planner.finished(recovered, outcome, reply)
-        self._event(
-            "message:error" if outcome == "error" else "message:response",
-            {"requestId": request.request_id, "status": outcome}
-            | ({"error": error_text} if error_text else {}),
-        )
-        # A turn ends completed, aborted or error, all of which are `TurnResult` statuses.
-        status = cast(TurnStatusName, outcome)
-        return TurnResult(
-            request.request_id,
-            status,
-            error=error_text,
-            message=copy.deepcopy(reply) if stored else None,
-            continuation=continuation,
-        )
-
-
-async def _close(stream: AsyncIterator[UIChunk]) -> None:
-    aclose = getattr(stream, "aclose", None)
-    if aclose is not None:
-        try:
-            await aclose()
-        except Exception:
-            log.debug("closing the agent stream failed", exc_info=True)
