@@ -85,7 +85,7 @@ async def _host(
             key_prefix=prefix,
         ),
     )
-    agent.host = actor
+    agent.host = actor.host
     await actor.recover(await store.open_turns(conversation.id))
     actor.start()
     return actor, writer

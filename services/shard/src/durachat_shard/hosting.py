@@ -271,7 +271,7 @@ class Conversations:
                 key_prefix=self._prefix,
             ),
         )
-        agent.host = actor
+        agent.host = actor.host
         actor.open_branch = lambda other: self.get(key, other)
         if branch == MAIN:
             actor.on_cleared = lambda: self._drop_branches(key)

@@ -105,3 +105,7 @@ class ActorState:
             return None
         self.active.abort.set()
         return self.active.request_id
+
+
+RECENT_REQUESTS = 512
+"""How many recent request ids the actor remembers (repeats, and requests that forked)."""
