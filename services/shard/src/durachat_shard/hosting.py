@@ -247,7 +247,6 @@ class Conversations:
         )
         recent = await self._store.recent_request_ids(conversation.id)
         last_body, last_client_tools = await self._store.load_request_context(conversation.id)
-        agent.messages = transcript.messages
         actor = ConversationActor(
             conversation_id=conversation.id,
             key=key,

@@ -57,7 +57,12 @@ class _Inbound:
 
 
 class ConversationActor:
-    """Owns one conversation (on one branch) while its shard holds the lease."""
+    """Owns one conversation (on one branch) while its shard holds the lease.
+
+    Construction gives the agent the transcript (`Agent.messages`); the shard then makes
+    `host` the agent's host, sets the `open_branch` and `on_cleared` hooks, calls `recover`
+    with the turns a former owner left open, and `start`.
+    """
 
     def __init__(
         self,
@@ -94,6 +99,7 @@ class ConversationActor:
             conversation_id, key, shard_id, agent, transcript, emitter, self._writes, self._state
         )
         self._ctx = ctx
+        ctx.sync_agent()
         concurrency = Concurrency.parse(agent.message_concurrency)
         self._queue = TurnQueue(ctx, concurrency)
         self._forks = Forks(ctx)
