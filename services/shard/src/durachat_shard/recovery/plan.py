@@ -114,49 +114,21 @@ class RecoveryPlanner:
         if entries is None or state is None:
             entries = await self._emit.history()
             state = await self._emit.state()
-        request_id = interrupted.request_id
         found = self._rebuild(interrupted, entries)
-        if found.finished:
-            await self._endings.complete(
-                request_id,
-                self._store_partial(found.partial),
-                message_ids=found.message_ids,
-                continuation=found.continuation,
-            )
+        kind = await self._classify(interrupted, found)
+        if kind is None:
             return None
-        kind: RecoveryKind = "continue"
-        if found.partial is None and not found.continuation:
-            if not self._unanswered(interrupted.anchor):
-                await self._endings.skip(
-                    request_id, message_ids=found.message_ids, continuation=found.continuation
-                )
-                return None
-            kind = "retry"
         user_ids = interrupted.user_message_ids
         incident, evaluation = await self._incidents.open(
             incident_id(interrupted.root, user_ids[-1] if user_ids else interrupted.anchor),
-            request_id=request_id,
+            request_id=interrupted.request_id,
             root=interrupted.root,
             kind=kind,
             progress=found.rebuilt.progress,
         )
         ctx = self._context(interrupted, found, incident, kind)
         sealed = await self._seal_reason(evaluation, ctx)
-        waiting = client_tool_names(self._agent.tools, interrupted.client_tools)
-        if found.partial is not None and pending_client_interaction(found.parts, waiting):
-            await self._endings.park(
-                request_id,
-                self._store_partial(found.partial),
-                incident,
-                message_ids=found.message_ids,
-                continuation=found.continuation,
-            )
-            return None
-        if sealed is not None:
-            store_partial = self._store_partial(found.partial)
-            await self._endings.exhaust(
-                incident, ctx, sealed, store_partial, continuation=found.continuation
-            )
+        if await self._stop_before_asking(interrupted, found, incident, ctx, sealed):
             return None
         options = await self._on_recovery(ctx)
         keep = options.persist or has_settled_tool_results(found.parts)
@@ -164,14 +136,14 @@ class RecoveryPlanner:
         store_partial = self._store_partial(found.partial) if keep else None
         if not options.continue_turn:
             await self._endings.decline(
-                request_id,
+                interrupted.request_id,
                 store_partial,
                 incident,
                 message_ids=found.message_ids,
                 continuation=found.continuation,
             )
             return None
-        await self._take_over(request_id, incident, store_partial)
+        await self._take_over(interrupted.request_id, incident, store_partial)
         return self._recovered(
             interrupted, found, incident, kind, state=state, text_before=len(ctx.partial_text)
         )
@@ -233,6 +205,27 @@ class RecoveryPlanner:
             return False
         return index + 1 == len(messages) or messages[index + 1].get("role") != "assistant"
 
+    async def _classify(self, interrupted: Interrupted, found: _Found) -> RecoveryKind | None:
+        """`continue` a partial reply (or a continuation), `retry` a turn that streamed nothing
+        while its message is still unanswered; None when the turn is ended here instead (its
+        reply was complete in the log, or there is nothing left to answer)."""
+        if found.finished:
+            await self._endings.complete(
+                interrupted.request_id,
+                self._store_partial(found.partial),
+                message_ids=found.message_ids,
+                continuation=found.continuation,
+            )
+            return None
+        if found.partial is not None or found.continuation:
+            return "continue"
+        if self._unanswered(interrupted.anchor):
+            return "retry"
+        await self._endings.skip(
+            interrupted.request_id, message_ids=found.message_ids, continuation=found.continuation
+        )
+        return None
+
     # The budget and the agent's say.
 
     def _context(
@@ -267,6 +260,34 @@ class RecoveryPlanner:
         if sealed is None and await self._incidents.tenant_budget_spent():
             sealed = "tenant_budget_exceeded"
         return sealed
+
+    async def _stop_before_asking(
+        self,
+        interrupted: Interrupted,
+        found: _Found,
+        incident: Incident,
+        ctx: RecoveryContext,
+        sealed: SealReason | None,
+    ) -> bool:
+        """End the turn before the agent is asked, if it waits for a human (parked) or its
+        incident is sealed (exhausted); returns whether it was ended."""
+        waiting = client_tool_names(self._agent.tools, interrupted.client_tools)
+        if found.partial is not None and pending_client_interaction(found.parts, waiting):
+            await self._endings.park(
+                interrupted.request_id,
+                self._store_partial(found.partial),
+                incident,
+                message_ids=found.message_ids,
+                continuation=found.continuation,
+            )
+            return True
+        if sealed is not None:
+            store_partial = self._store_partial(found.partial)
+            await self._endings.exhaust(
+                incident, ctx, sealed, store_partial, continuation=found.continuation
+            )
+            return True
+        return False
 
     async def _keep_recovering(self, ctx: RecoveryContext) -> bool:
         try:
