@@ -11,13 +11,9 @@ from redis.asyncio import Redis
 from durachat_infra.jobs import ArqJobQueue
 from durachat_infra.keys import ClusterKeys, ConversationKeys
 from durachat_infra.store import ConversationKey, Store, migrate
-from durachat_jobs.tasks import (
-    JobDeps,
-    close_abandoned_streams,
-    sweep_incidents,
-    sweep_membership,
-    trim_logs,
-)
+from durachat_jobs.deps import JobDeps
+from durachat_jobs.membership import sweep_membership
+from durachat_jobs.retention import close_abandoned_streams, sweep_incidents, trim_logs
 
 # redis-py types its hash commands as `Awaitable[T] | T` even on the asyncio client, so each
 # awaited one carries `type: ignore[misc]` (as in the source that calls them).

@@ -29,7 +29,7 @@ from durachat_infra.keys import ClusterKeys, ConversationKeys, conversation_tag
 from durachat_infra.store import ConversationKey, Store, migrate
 from durachat_shard.actor import ConversationActor
 from durachat_shard.emitter import Emitter
-from durachat_shard.incidents import Incidents
+from durachat_shard.recovery import Incidents
 from durachat_shard.transcript import Transcript
 from support.telemetry import recorded_events
 from support.waiting import eventually
@@ -85,7 +85,7 @@ async def _host(
             key_prefix=prefix,
         ),
     )
-    agent.host = actor
+    agent.host = actor.host
     await actor.recover(await store.open_turns(conversation.id))
     actor.start()
     return actor, writer

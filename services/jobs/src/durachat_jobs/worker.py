@@ -14,14 +14,10 @@ from durachat_infra.jobs.arq_adapter import JOB_DESERIALIZER, JOB_SERIALIZER, ar
 from durachat_infra.keys import ClusterKeys
 from durachat_infra.settings import ClusterTiming, JobsSettings
 from durachat_infra.store import Store, migrate
-from durachat_jobs.tasks import (
-    JobDeps,
-    close_abandoned_streams,
-    recover_orphans,
-    sweep_incidents,
-    sweep_membership,
-    trim_logs,
-)
+from durachat_jobs.deps import JobDeps
+from durachat_jobs.membership import sweep_membership
+from durachat_jobs.recovery import recover_orphans
+from durachat_jobs.retention import close_abandoned_streams, sweep_incidents, trim_logs
 
 
 def queue_name(settings: JobsSettings) -> str:

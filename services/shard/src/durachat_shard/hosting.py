@@ -27,7 +27,7 @@ from durachat_infra.store import (
 from durachat_infra.tasks import cancel_and_wait
 from durachat_shard.actor import ConversationActor
 from durachat_shard.emitter import Emitter
-from durachat_shard.incidents import Incidents
+from durachat_shard.recovery import Incidents
 from durachat_shard.transcript import Transcript
 
 log = logging.getLogger(__name__)
@@ -112,9 +112,9 @@ class Conversations:
         self._task = asyncio.create_task(self._maintain(), name="conversations-maintain")
 
     async def stop(self) -> None:
-        """Release every conversation (the graceful drain, DESIGN §4): running turns get up to
-        the drain timeout to finish; the rest are checkpointed, released, and their new owners
-        are asked to continue them at once."""
+        """Release every conversation (the graceful drain, docs/recovery.md#graceful-drain):
+        running turns get up to the drain timeout to finish; the rest are checkpointed,
+        released, and their new owners are asked to continue them at once."""
         self._draining = True
         # Leases stay renewed (and idle conversations released) while running turns finish.
         deadline = time.monotonic() + self._drain_timeout
@@ -247,7 +247,6 @@ class Conversations:
         )
         recent = await self._store.recent_request_ids(conversation.id)
         last_body, last_client_tools = await self._store.load_request_context(conversation.id)
-        agent.messages = transcript.messages
         actor = ConversationActor(
             conversation_id=conversation.id,
             key=key,
@@ -271,7 +270,7 @@ class Conversations:
                 key_prefix=self._prefix,
             ),
         )
-        agent.host = actor
+        agent.host = actor.host
         actor.open_branch = lambda other: self.get(key, other)
         if branch == MAIN:
             actor.on_cleared = lambda: self._drop_branches(key)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from durachat.messages import auto_transform_messages
+from durachat.tools import Tool
 from durachat.types import JSONDict, UIMessage
 
 
@@ -87,3 +89,10 @@ def parse_messages(frame: JSONDict) -> list[UIMessage]:
     if len(messages) != len(raw):
         raise FrameError("invalid_messages", "every message needs an id, a role and parts")
     return messages
+
+
+def client_tool_names(agent_tools: Iterable[Tool], schemas: list[JSONDict] | None) -> set[str]:
+    """Names of the tools the client resolves: the agent's client tools and the request's
+    dynamic ones (`schemas`, its `clientTools`)."""
+    names = {t.name for t in agent_tools if t.is_client}
+    return names | {str(t.get("name")) for t in schemas or [] if isinstance(t, dict)}

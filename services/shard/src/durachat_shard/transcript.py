@@ -15,9 +15,9 @@ keeps SQL off the path to a reply's first chunk.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from durachat.messages import (
     reconcile_messages,
@@ -26,7 +26,26 @@ from durachat.messages import (
     tool_call_ids,
 )
 from durachat.types import UIMessage
-from durachat_infra.store import MAIN_BRANCH, BranchRef, FencedTransaction
+from durachat_infra.store import MAIN_BRANCH, BranchRef
+
+
+class PathWriter(Protocol):
+    """The SQL writes a `Change` is made of, inside one fenced transaction (what it needs of
+    `FencedTransaction`)."""
+
+    async def insert_chain(
+        self, parent_pk: int | None, messages: Sequence[dict[str, Any]]
+    ) -> list[int]: ...
+
+    async def update_message(self, pk: int, message: dict[str, Any]) -> None: ...
+
+    async def reparent(self, pk: int, parent_pk: int | None) -> None: ...
+
+    async def set_leaf(self, branch: BranchRef, leaf_pk: int | None) -> None: ...
+
+    async def trim_path(self, branch: BranchRef, keep: int) -> int: ...
+
+    async def clear(self) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -67,7 +86,7 @@ class Change:
     def __bool__(self) -> bool:
         return bool(self.ops)
 
-    async def apply(self, tx: FencedTransaction) -> None:
+    async def apply(self, tx: PathWriter) -> None:
         """Write the change inside a fenced transaction."""
         for op in self.ops:
             if op.kind == "update":

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from redis.asyncio import Redis
 
@@ -24,12 +24,20 @@ from durachat.recovery import (
     RecoveryKind,
     evaluate,
 )
-from durachat_infra.store import FencedTransaction, Store
+from durachat_infra.store import Store
 
 log = logging.getLogger(__name__)
 
 TOKEN_WINDOW = 3600
 """Seconds of the per-tenant recovery token budget's window."""
+
+
+class IncidentWriter(Protocol):
+    """Where an incident's record is written: a fenced transaction of its conversation."""
+
+    async def save_incident(
+        self, incident_id: str, *, request_id: str, status: str, attempt: int, data: dict[str, Any]
+    ) -> None: ...
 
 
 @dataclass(slots=True)
@@ -44,7 +52,7 @@ class Incident:
     max_attempts: int
 
     def payload(self, reason: str | None = None) -> dict[str, Any]:
-        """The payload of its `chat:recovery:*` events (PROTOCOL §9.9)."""
+        """The payload of its `chat:recovery:*` events (docs/recovery.md#events)."""
         out: dict[str, Any] = {
             "incidentId": self.incident_id,
             "requestId": self.request_id,
@@ -99,7 +107,7 @@ class Incidents:
 
     def record(
         self, incident: Incident, status: str, reason: str | None = None
-    ) -> Callable[[FencedTransaction], Awaitable[None]]:
+    ) -> Callable[[IncidentWriter], Awaitable[None]]:
         """A write (for the actor's fenced write chain) storing the incident's status."""
         data = incident.state.to_json()
         data.update(
@@ -110,7 +118,7 @@ class Incidents:
             }
         )
 
-        async def write(tx: FencedTransaction) -> None:
+        async def write(tx: IncidentWriter) -> None:
             await tx.save_incident(
                 incident.incident_id,
                 request_id=incident.request_id,

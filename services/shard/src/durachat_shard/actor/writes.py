@@ -1,0 +1,90 @@
+"""The write chain: a conversation's fenced SQL transactions, one after another, in the order
+they were queued.
+
+The actor changes its transcript in memory first and queues the transaction that makes the
+change durable (docs/architecture.md#the-path-of-a-chat-request). Queuing never waits, so a
+reply starts streaming before SQL has caught up; because the transactions run strictly in
+order, the database always goes through the same history as memory, a little behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Generic, Protocol, TypeVar
+
+TxT = TypeVar("TxT")
+TxT_co = TypeVar("TxT_co", covariant=True)
+T = TypeVar("T")
+
+
+class TransactionRunner(Protocol[TxT_co]):
+    """Runs work in one fenced transaction of the conversation and returns its result
+    (`Store.run_transaction` bound to the conversation and the owner's epoch).
+
+    It raises when the epoch is no longer the conversation's (`FencedError`); an exception in
+    the work rolls everything it did back. On SQLite, the writes of every conversation of a
+    shard that are queued at the same moment share a turn of the write lock
+    (docs/architecture.md#storage).
+    """
+
+    def __call__(self, work: Callable[[TxT_co], Awaitable[T]]) -> Awaitable[T]: ...
+
+
+class WriteChain(Generic[TxT]):
+    """Runs queued writes, each in a transaction of its own, strictly in queue order.
+
+    A write that fails leaves memory ahead of the database. Every write queued after it fails
+    with the same error (nothing of them is applied), and `on_failure` is told of each: the
+    owner stops acting for the conversation, which is re-activated from SQL later.
+    """
+
+    def __init__(
+        self,
+        run_transaction: TransactionRunner[TxT],
+        *,
+        on_failure: Callable[[BaseException], None],
+    ) -> None:
+        self._run = run_transaction
+        self._on_failure = on_failure
+        self._last: asyncio.Future[None] | None = None
+
+    def behind(self, work: Callable[[TxT], Awaitable[None]]) -> asyncio.Future[None]:
+        """Queue `work` after every write queued before it and return its outcome; the caller
+        need not wait for it."""
+        previous = self._last
+
+        async def run() -> None:
+            if previous is not None:
+                await previous
+            await self._run(work)
+
+        task: asyncio.Future[None] = asyncio.ensure_future(run())
+        task.add_done_callback(self._after)
+        self._last = task
+        return task
+
+    async def write(self, work: Callable[[TxT], Awaitable[None]]) -> None:
+        """Queue `work` and wait for it (still in order with the queued ones)."""
+        await self.behind(work)
+
+    async def settled(self) -> None:
+        """Wait until every write queued so far is done (or failed)."""
+        if self._last is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._last)
+
+    async def run(self, work: Callable[[TxT], Awaitable[T]]) -> T:
+        """Run `work` in a transaction of its own, after the writes queued before it, and
+        return its result. Unlike a queued write, its errors are the caller's: nothing of it
+        is applied, `on_failure` is not told, and the chain carries on."""
+        await self.settled()
+        return await self._run(work)
+
+    def _after(self, task: asyncio.Future[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._on_failure(exc)
