@@ -13,6 +13,8 @@ import pytest
 from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).parent))
+# The benchmark package (`bench`) lives at the repository root.
+sys.path.insert(1, str(Path(__file__).parent.parent))
 
 from durachat_infra.local.cluster import LocalCluster
 from durachat_infra.local.redis_server import RedisServer
