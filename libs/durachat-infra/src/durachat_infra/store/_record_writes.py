@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from durachat_infra.store import _statements as statements
 from durachat_infra.store._engine import insert_new
 from durachat_infra.store._records import (
     TURN_KINDS,
@@ -42,18 +43,15 @@ class RecordWrites(TransactionCore):
             raise ValueError(f"unknown turn kind {kind!r}; expected one of {sorted(TURN_KINDS)}")
         async with self._op("begin turn") as conn:
             inserted = await conn.execute(
-                insert_new(
-                    conn,
-                    Turn,
-                    ["conversation_id", "request_id"],
-                    conversation_id=self.conversation_id,
+                statements.begin_turn(conn.dialect),
+                statements.params(
+                    cid=self.conversation_id,
                     request_id=request_id,
                     kind=kind,
-                    status="accepted",
                     owner=owner,
                     epoch=self.epoch,
                     request=request,
-                ).returning(Turn.id)
+                ),
             )
             return inserted.first() is not None
 
@@ -103,11 +101,27 @@ class RecordWrites(TransactionCore):
             values["owner"] = owner
             values["epoch"] = self.epoch
         async with self._op("update turn") as conn:
-            result = await conn.execute(
-                update(Turn)
-                .where(Turn.conversation_id == self.conversation_id, Turn.request_id == request_id)
-                .values(**values)
-            )
+            if values.keys() == {"updated_at", "status", "message_id"}:
+                # How every turn ends: the prepared statement (see `_statements`).
+                result = await conn.execute(
+                    statements.SETTLE_TURN,
+                    statements.params(
+                        cid=self.conversation_id,
+                        request_id=request_id,
+                        status=values["status"],
+                        message_id=values["message_id"],
+                        now=values["updated_at"],
+                    ),
+                )
+            else:
+                result = await conn.execute(
+                    update(Turn)
+                    .where(
+                        Turn.conversation_id == self.conversation_id,
+                        Turn.request_id == request_id,
+                    )
+                    .values(**values)
+                )
             if result.rowcount != 1:
                 raise StoreError(f"no turn {request_id!r} in conversation {self.conversation_id}")
 

@@ -9,6 +9,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
+from durachat_infra.store import _statements as statements
 from durachat_infra.store._branch_writes import BranchWrites
 from durachat_infra.store._record_writes import RecordWrites
 from durachat_infra.store._records import MAIN_BRANCH, BranchRef, message_columns
@@ -71,12 +72,10 @@ class FencedTransaction(BranchWrites, RecordWrites):
         async with self._op("insert messages") as conn:
             if parent_pk is not None:
                 await self._require_messages(conn, [parent_pk])
+            cid = self.conversation_id
             end = (
                 await conn.execute(
-                    update(Conversation)
-                    .where(Conversation.id == self.conversation_id)
-                    .values(next_seq=Conversation.next_seq + len(rows))
-                    .returning(Conversation.next_seq)
+                    statements.ALLOCATE_SEQ, statements.params(cid=cid, count=len(rows))
                 )
             ).scalar_one()
             # One INSERT per message: each row's parent is the key the previous one just got.
@@ -85,11 +84,8 @@ class FencedTransaction(BranchWrites, RecordWrites):
             for seq, row in enumerate(rows, start=end - len(rows)):
                 pk: int = (
                     await conn.execute(
-                        insert(Message)
-                        .values(
-                            conversation_id=self.conversation_id, parent_id=parent, seq=seq, **row
-                        )
-                        .returning(Message.id)
+                        statements.INSERT_MESSAGE,
+                        statements.params(cid=cid, parent=parent, seq=seq, **row),
                     )
                 ).scalar_one()
                 pks.append(pk)
@@ -106,9 +102,7 @@ class FencedTransaction(BranchWrites, RecordWrites):
         row = message_columns(message)
         async with self._op("update message") as conn:
             result = await conn.execute(
-                update(Message)
-                .where(Message.id == pk, Message.conversation_id == self.conversation_id)
-                .values(**row)
+                statements.UPDATE_MESSAGE, statements.params(pk=pk, cid=self.conversation_id, **row)
             )
             if result.rowcount != 1:
                 raise StoreError(f"message {pk} is not in conversation {self.conversation_id}")
@@ -147,11 +141,13 @@ class FencedTransaction(BranchWrites, RecordWrites):
         async with self._op("set branch leaf") as conn:
             if leaf_pk is not None:
                 await self._require_messages(conn, [leaf_pk])
-            which = Branch.id == branch if isinstance(branch, int) else Branch.name == branch
             moved = await conn.execute(
-                update(Branch)
-                .where(Branch.conversation_id == self.conversation_id, which)
-                .values(leaf_id=leaf_pk, updated_at=utcnow())
+                statements.MOVE_BRANCH_BY_ID
+                if isinstance(branch, int)
+                else statements.MOVE_BRANCH_BY_NAME,
+                statements.params(
+                    cid=self.conversation_id, branch=branch, leaf=leaf_pk, now=utcnow()
+                ),
             )
             if moved.rowcount == 0:
                 if isinstance(branch, int):
@@ -220,9 +216,12 @@ class FencedTransaction(BranchWrites, RecordWrites):
         """Store the last request body and client tool schemas (used to rerun a turn)."""
         async with self._op("save request context") as conn:
             await conn.execute(
-                update(Conversation)
-                .where(Conversation.id == self.conversation_id)
-                .values(last_body=last_body, last_client_tools=last_client_tools)
+                statements.SAVE_REQUEST_CONTEXT,
+                statements.params(
+                    cid=self.conversation_id,
+                    last_body=last_body,
+                    last_client_tools=last_client_tools,
+                ),
             )
 
 

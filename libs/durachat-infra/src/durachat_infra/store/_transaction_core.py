@@ -10,15 +10,16 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from durachat_infra.store import _branches
+from durachat_infra.store import _statements as statements
 from durachat_infra.store._engine import translate_errors
 from durachat_infra.store._records import BranchRecord
 from durachat_infra.store._types import utcnow
 from durachat_infra.store.errors import FencedError, StoreError
-from durachat_infra.store.models import Conversation, Message
+from durachat_infra.store.models import Conversation
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +65,7 @@ class TransactionCore:
 
     async def _require_messages(self, conn: AsyncConnection, pks: list[int]) -> None:
         found = await conn.scalar(
-            select(func.count())
-            .select_from(Message)
-            .where(Message.conversation_id == self.conversation_id, Message.id.in_(pks))
+            statements.COUNT_MESSAGES, statements.params(cid=self.conversation_id, pks=pks)
         )
         if found != len(set(pks)):
             raise StoreError(
@@ -82,9 +81,7 @@ async def fence(conn: AsyncConnection, conversation_id: int, epoch: int) -> None
         StoreError: the conversation does not exist.
     """
     matched = await conn.execute(
-        update(Conversation)
-        .where(Conversation.id == conversation_id, Conversation.epoch == epoch)
-        .values(updated_at=utcnow())
+        statements.FENCE, statements.params(cid=conversation_id, epoch=epoch, now=utcnow())
     )
     if matched.rowcount == 1:
         return
