@@ -96,6 +96,10 @@ class LocalCluster:
         env["REDIS_URL"] = self.redis_url
         env["DATABASE_URL"] = self.database_url
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # Without bytecode caches every process compiles litellm's ~1,200 modules again at
+        # start-up: seconds of CPU per process, and on a busy machine a cluster that is not
+        # ready within its timeout.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         return env
 
     def _migrate(self) -> None:
