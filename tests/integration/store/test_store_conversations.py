@@ -31,8 +31,11 @@ async def test_get_or_create_creates_once_with_a_main_branch(
 
     assert created.key == KEY
     assert created.epoch == 0
-    assert again == created
-    assert await store.find_conversation(KEY) == created
+    # Only the call that created it says so (activation skips its reads then).
+    assert created.created
+    assert not again.created
+    assert (again.id, again.key, again.epoch) == (created.id, created.key, created.epoch)
+    assert await store.find_conversation(KEY) == again
     assert await branch_names(backend, created.id) == [MAIN_BRANCH]
     assert await store.load_path(created.id) == []
 
@@ -60,6 +63,7 @@ async def test_racing_creators_get_the_same_conversation(backend: StoreBackend) 
     )
 
     assert len({conv.id for conv in results}) == 1
+    assert sum(conv.created for conv in results) == 1
     assert await backend.conversation_count() == 1
     assert await branch_names(backend, results[0].id) == [MAIN_BRANCH]
 

@@ -226,12 +226,16 @@ class Conversations:
             conversation = await self._store.get_or_create_conversation(key)
             epoch = await self._claim(keys, conversation.id, grant.epoch, fresh=grant.fresh)
             ref: BranchRef = MAIN_BRANCH if branch == MAIN else int(branch)
-            stored = await self._load(conversation.id, ref)
+            # A conversation this call created holds nothing yet: no reads on the way to the
+            # first chunk of a new conversation (docs/benchmarks.md).
+            empty = conversation.created and branch == MAIN
+            stored = [] if empty else await self._load(conversation.id, ref)
             # Activation can outlast the lease when the database is slow; confirm it is still
             # held (renewing it), and if it had to be taken again, claim the new epoch, re-read.
             again = await self._leases.acquire(keys)
             if again.fresh:
                 epoch = await self._claim(keys, conversation.id, again.epoch, fresh=True)
+                empty = False
                 stored = await self._load(conversation.id, ref)
         except UnknownBranchError:
             await self._release_lease_unless_held(key, keys)
@@ -245,8 +249,10 @@ class Conversations:
                 agent.sanitize_message_for_persistence(sanitize_message(m))
             ),
         )
-        recent = await self._store.recent_request_ids(conversation.id)
-        last_body, last_client_tools = await self._store.load_request_context(conversation.id)
+        recent = [] if empty else await self._store.recent_request_ids(conversation.id)
+        last_body, last_client_tools = (
+            (None, None) if empty else await self._store.load_request_context(conversation.id)
+        )
         actor = ConversationActor(
             conversation_id=conversation.id,
             key=key,
@@ -276,7 +282,7 @@ class Conversations:
             actor.on_cleared = lambda: self._drop_branches(key)
         try:
             # Turns a former owner left unfinished are recovered before any new input.
-            open_turns = await self._store.open_turns(conversation.id)
+            open_turns = [] if empty else await self._store.open_turns(conversation.id)
             await actor.recover(
                 [t for t in open_turns if str((t.request or {}).get("branch") or MAIN) == branch]
             )

@@ -64,11 +64,13 @@ class Conversation:
         id: surrogate key, used by every other store call.
         key: the conversation's identity.
         epoch: the fencing epoch stored when this record was read.
+        created: the call that returned it created it (so it holds nothing yet).
     """
 
     id: int
     key: ConversationKey
     epoch: int
+    created: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,7 +103,7 @@ class Store(TurnReads):
                     raise StoreError(f"conversation {key} vanished while being created")
                 return found
             await conn.execute(insert(Branch).values(conversation_id=created, name=MAIN_BRANCH))
-            return Conversation(id=created, key=key, epoch=0)
+            return Conversation(id=created, key=key, epoch=0, created=True)
 
         return await self._run_write("get or create conversation", create)
 

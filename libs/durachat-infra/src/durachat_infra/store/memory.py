@@ -107,7 +107,7 @@ class MemoryStore:
             now = utcnow()
             branch = self.database.next_id("branch")
             state.branches[branch] = BranchRow(branch, MAIN_BRANCH, None, None, None, now, now)
-            return Conversation(state.id, key, state.epoch)
+            return Conversation(state.id, key, state.epoch, created=True)
 
     async def find_conversation(self, key: ConversationKey) -> Conversation | None:
         """The conversation `key`, or `None`."""
