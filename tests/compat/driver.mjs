@@ -206,8 +206,8 @@ function sentRequests(tab) {
 }
 
 /**
- * The server must open every (non-continuation) stream with `start{messageId}` (PROTOCOL §13): the
- * AI SDK adopts that id for the assistant message, which is how the client's message, replays and
+ * The server must open every (non-continuation) stream with `start{messageId}`
+ * (docs/protocol.md#server--client-frames): the AI SDK adopts that id for the assistant message, which is how the client's message, replays and
  * the persisted row line up. Returns the id, or fails with what came instead.
  */
 function requireServerStart(tab, requestId) {
@@ -218,7 +218,7 @@ function requireServerStart(tab, requestId) {
   const first = chunks[0];
   check(
     first?.type === "start" && typeof first.messageId === "string" && first.messageId.startsWith("assistant_"),
-    `the stream's first chunk is ${JSON.stringify(first)}, expected {"type":"start","messageId":"assistant_…"} (PROTOCOL §13); without it the AI SDK keeps a client-generated assistant id that matches neither the persisted row nor other tabs`,
+    `the stream's first chunk is ${JSON.stringify(first)}, expected {"type":"start","messageId":"assistant_…"} (docs/protocol.md#server--client-frames); without it the AI SDK keeps a client-generated assistant id that matches neither the persisted row nor other tabs`,
     { firstChunks: chunks.slice(0, 3) },
   );
   return first.messageId;
@@ -1243,7 +1243,7 @@ async function settledGet(baseUrl, agent, name, predicate, what, timeoutMs = 300
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tool scenarios (PROTOCOL §3.6–3.8, §4.7, §8.3–8.4, §13, §14)
+// Tool scenarios (docs/agents.md#tools, docs/protocol.md#client--server-frames, docs/protocol.md#continuations)
 
 const WEATHER_PARIS = { city: "Paris", temperature: 21, condition: "sunny" };
 const LOCATION = { lat: 48.85, lon: 2.35 };
@@ -1320,8 +1320,8 @@ function logIndex(entry) {
 }
 
 /**
- * The wire of one tool round trip as `tab` saw it (PROTOCOL §3.6–3.8, §4.4, §13): the one tool frame it
- * sent (with autoContinue), the server's `cf_agent_message_updated` for that tool call, the
+ * The wire of one tool round trip as `tab` saw it (docs/protocol.md#client--server-frames,
+ * docs/protocol.md#continuations): the one tool frame it sent (with autoContinue), the server's `cf_agent_message_updated` for that tool call, the
  * continuation probe answered (`stream_pending` →) `stream_resuming`, one ACK, and the continuation's
  * frames: every one `continuation: true`, its `start` without `messageId`, one done frame without
  * `messageIds`, no error.
@@ -1337,7 +1337,7 @@ function checkToolRoundTripWire(tab, { frameType, toolCallId, updatedState, upda
   );
   const after = frameLog.filter((e) => e.tab === tab && logIndex(e) > logIndex(toolFrame));
   const updates = after.filter((e) => e.dir === "in" && e.frame.type === MessageType.CF_AGENT_MESSAGE_UPDATED);
-  check(updates.length >= 1, `${tab} never received cf_agent_message_updated after its ${frameType} (PROTOCOL §3.6–3.8)`);
+  check(updates.length >= 1, `${tab} never received cf_agent_message_updated after its ${frameType} (docs/protocol.md#client--server-frames)`);
   const updatedPart = updates[0].frame.message?.parts?.find((p) => p.toolCallId === toolCallId);
   check(
     updatedPart?.state === updatedState && (updatedOutput === undefined || deepEqual(updatedPart.output, updatedOutput)),
@@ -1358,7 +1358,7 @@ function checkToolRoundTripWire(tab, { frameType, toolCallId, updatedState, upda
   );
   check(
     !none || answers.some((e) => e.frame.type === MessageType.CF_AGENT_STREAM_RESUMING && logIndex(e) < logIndex(none)),
-    `the continuation probe ${probeId} was answered with ${JSON.stringify(none?.frame)} before any stream_resuming: the client gives the continuation up (PROTOCOL §4.4: a pending continuation is answered with stream_pending, then stream_resuming)`,
+    `the continuation probe ${probeId} was answered with ${JSON.stringify(none?.frame)} before any stream_resuming: the client gives the continuation up (docs/protocol.md#continuations: a pending continuation is answered with stream_pending, then stream_resuming)`,
     { answers: answers.map(renderFrame) },
   );
   const acks = after.filter((e) => e.dir === "out" && e.frame.type === MessageType.CF_AGENT_STREAM_RESUME_ACK);
@@ -1371,7 +1371,7 @@ function checkToolRoundTripWire(tab, { frameType, toolCallId, updatedState, upda
   check(resuming && logIndex(resuming) < logIndex(acks[0]), `${tab} ACKed ${continuationId} without a stream_resuming for it`);
   const frames = responseFrames(tab, continuationId);
   const flagless = frames.filter((e) => e.frame.continuation !== true);
-  check(flagless.length === 0, `${flagless.length} frames of the continuation ${continuationId} lack continuation:true (PROTOCOL §8.3, §13)`, {
+  check(flagless.length === 0, `${flagless.length} frames of the continuation ${continuationId} lack continuation:true (docs/protocol.md#continuations)`, {
     frames: flagless.slice(0, 5).map(renderFrame),
   });
   const chunks = frames.map((e) => parsedChunk(e.frame)).filter(Boolean);
@@ -1379,7 +1379,7 @@ function checkToolRoundTripWire(tab, { frameType, toolCallId, updatedState, upda
   check(starts.length >= 1, `the continuation ${continuationId} has no start chunk`, { chunks: chunks.map((c) => c.type) });
   check(
     starts.every((c) => c.messageId === undefined),
-    `the continuation's start chunk carries messageId ${JSON.stringify(starts.find((c) => c.messageId !== undefined)?.messageId)} (PROTOCOL §8.3, §13: stripped)`,
+    `the continuation's start chunk carries messageId ${JSON.stringify(starts.find((c) => c.messageId !== undefined)?.messageId)} (docs/protocol.md#continuations: stripped)`,
   );
   const errors = frames.filter((e) => e.frame.error);
   check(errors.length === 0, `the continuation ${continuationId} errored`, { frames: errors.map(renderFrame) });
@@ -1387,7 +1387,7 @@ function checkToolRoundTripWire(tab, { frameType, toolCallId, updatedState, upda
   check(dones.length === 1, `the continuation ${continuationId} has ${dones.length} done frames, expected 1`, { frames: dones.map(renderFrame) });
   check(
     !("messageIds" in dones[0].frame),
-    `the continuation's done frame carries messageIds ${JSON.stringify(dones[0].frame.messageIds)} (PROTOCOL §13: none)`,
+    `the continuation's done frame carries messageIds ${JSON.stringify(dones[0].frame.messageIds)} (docs/protocol.md#continuations: none)`,
     { frame: dones[0].frame },
   );
   const strays = after.filter(
@@ -1547,7 +1547,7 @@ async function approvalScenario({ urls, agent, name }, observed, approved) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Preliminary tool results, data parts, messageConcurrency (PROTOCOL §5, §6.1, §8.1, §3.2, §3.3)
+// Preliminary tool results, data parts, messageConcurrency (docs/agents.md#server-tools, docs/agents.md#data-parts, docs/agents.md#message_concurrency)
 
 /** Fails if `predicate` stops holding at any point during the next `ms` (a late regression). */
 async function holds(predicate, ms, what) {
@@ -1740,7 +1740,7 @@ function shape(messages) {
 
 /**
  * `latest`, `debounce`: a slow reply streams; the tab sends "two", then "three". The running turn
- * is not aborted (PROTOCOL §8.1); "two" is superseded by "three" (skipped: a bare done frame, no
+ * is not aborted (docs/agents.md#message_concurrency); "two" is superseded by "three" (skipped: a bare done frame, no
  * chunks, its user message kept); the last turn answers.
  */
 async function supersedeScenario({ urls, agent, name }, observed, strategy) {
@@ -1891,7 +1891,7 @@ async function dropScenario({ urls, agent, name }, observed) {
   );
   observed.rollback = rollback && renderFrame(rollback);
   observed.droppedDone = done.frame;
-  check(rollback, "the sender got no rollback cf_agent_chat_messages before the dropped request's done frame (PROTOCOL §3.1 step 3)");
+  check(rollback, "the sender got no rollback cf_agent_chat_messages before the dropped request's done frame (docs/agents.md#message_concurrency)");
   check(!rollback.frame.messages.some((m) => m.id === u2.id), "the rollback transcript holds the dropped message");
   check(rollback.frame.messages[0]?.id === u1.id, "the rollback transcript does not start with the first user message", { messages: shape(rollback.frame.messages) });
   check(chunksOf(a.label, r2.id).length === 0, "the dropped request streamed chunks");
@@ -2501,7 +2501,8 @@ const scenarios = {
     const sent = frameLog.find((e) => e.dir === "out" && e.frame.type === MessageType.CF_AGENT_TOOL_RESULT).frame;
     check(sent.toolName === "getLocation" && deepEqual(sent.output, LOCATION), "the tool result frame does not carry getLocation's output", { sent });
     check(a.status === "ready" && !a.chat.error, `status is ${a.status}`, { error: a.chat.error?.message, errors: a.errors });
-    // PROTOCOL §14: the client may briefly show a second assistant message; the final state may not.
+    // The AI SDK client may briefly show a second assistant message while it applies the
+    // continuation; the final state may not.
     observed.peakMessages = a.peakMessageCount;
     const expected = {
       userText: "client-tool:",
@@ -2598,17 +2599,17 @@ const scenarios = {
     }
   },
 
-  // Preliminary tool results (PROTOCOL §5.1, §5.2, §6.1): compat-live-tool-agent.
+  // Preliminary tool results (docs/agents.md#server-tools): compat-live-tool-agent.
   async preliminary(ctx, observed) {
     await preliminaryScenario(ctx, observed);
   },
 
-  // Custom data parts (PROTOCOL §5.1, §6.1): compat-data-agent.
+  // Custom data parts (docs/agents.md#data-parts): compat-data-agent.
   async "data-parts"(ctx, observed) {
     await dataPartsScenario(ctx, observed);
   },
 
-  // messageConcurrency (PROTOCOL §8.1, §3.1 step 3): latest-agent, merge-agent, debounce-agent, drop-agent.
+  // messageConcurrency (docs/agents.md#message_concurrency): latest-agent, merge-agent, debounce-agent, drop-agent.
   async "concurrency-latest"(ctx, observed) {
     await supersedeScenario(ctx, observed, "latest");
   },

@@ -33,22 +33,24 @@ SCENARIOS = [
     "clear",
     "regenerate",
     "two-tabs",
-    # Tools (PROTOCOL §3.6-3.8, §4.7, §8.3-8.4, §13, §14): a server tool in one turn; a client
-    # tool answered by onToolCall + addToolOutput, then the server's continuation; a needsApproval
-    # tool approved / rejected through addToolApprovalResponse; a second tab watching a client-tool
-    # round trip.
+    # Tools (docs/agents.md#tools, docs/protocol.md#continuations): a server tool in one turn; a
+    # client tool answered by onToolCall + addToolOutput, then the server's continuation; a
+    # needsApproval tool approved / rejected through addToolApprovalResponse; a second tab
+    # watching a client-tool round trip.
     "server-tool",
     "client-tool",
     "approve",
     "reject",
     "tool-two-tabs",
     # Preliminary results of a streaming (async generator) server tool, live in the sender, an
-    # observer tab and a tab loaded mid-stream, then final everywhere and after reload (PROTOCOL
-    # §5, §6.1). Custom data parts: replaced by type + id, appended, transient ones onData-only.
+    # observer tab and a tab loaded mid-stream, then final everywhere and after reload
+    # (docs/agents.md#server-tools, docs/protocol.md#how-chunks-become-parts). Custom data parts:
+    # replaced by type + id, appended, transient ones onData-only.
     "preliminary",
     "data-parts",
-    # messageConcurrency through the real client (PROTOCOL §8.1): sends made while a reply
-    # streams are superseded (latest, debounce), merged (merge) or refused and rolled back (drop).
+    # messageConcurrency through the real client (docs/agents.md#message_concurrency): sends made
+    # while a reply streams are superseded (latest, debounce), merged (merge) or refused and
+    # rolled back (drop).
     "concurrency-latest",
     "concurrency-merge",
     "concurrency-debounce",

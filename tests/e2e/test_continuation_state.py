@@ -1,6 +1,6 @@
-"""When a continuation runs, and what the stream state tells tabs meanwhile (PROTOCOL §3.6,
-§8.3): a dropped continuation ends its pending state; a batch completed by any result
-continues."""
+"""When a continuation runs, and what the stream state tells tabs meanwhile
+(docs/protocol.md#continuations): a dropped continuation ends its pending state; a batch
+completed by any result continues."""
 
 from __future__ import annotations
 

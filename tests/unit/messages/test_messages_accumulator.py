@@ -1,4 +1,5 @@
-"""Tests for durachat.messages.accumulator (PROTOCOL §6.2)."""
+"""Tests for durachat.messages.accumulator
+(docs/protocol.md#what-the-server-does-to-a-replys-chunks)."""
 
 from __future__ import annotations
 

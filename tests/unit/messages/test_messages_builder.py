@@ -1,4 +1,4 @@
-"""Tests for durachat.messages.builder (PROTOCOL §6.1)."""
+"""Tests for durachat.messages.builder (docs/protocol.md#how-chunks-become-parts)."""
 
 from __future__ import annotations
 

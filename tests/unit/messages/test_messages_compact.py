@@ -1,4 +1,4 @@
-"""Tests for durachat.messages.compact (PROTOCOL §7.5)."""
+"""Tests for durachat.messages.compact (docs/agents.md#storage)."""
 
 from __future__ import annotations
 

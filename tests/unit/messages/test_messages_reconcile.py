@@ -1,4 +1,4 @@
-"""Tests for durachat.messages.reconcile (PROTOCOL §7.2)."""
+"""Tests for durachat.messages.reconcile (docs/architecture.md#storage)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for durachat.messages.repair (PROTOCOL §9.8)."""
+"""Tests for durachat.messages.repair (docs/agents.md#storage)."""
 
 from __future__ import annotations
 

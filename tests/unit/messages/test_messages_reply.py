@@ -1,4 +1,5 @@
-"""Tests for durachat.messages.reply (PROTOCOL §6.3)."""
+"""Tests for durachat.messages.reply
+(docs/protocol.md#what-the-server-does-to-a-replys-chunks)."""
 
 from __future__ import annotations
 

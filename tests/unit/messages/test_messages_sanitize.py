@@ -1,4 +1,4 @@
-"""Tests for durachat.messages.sanitize (PROTOCOL §7.4)."""
+"""Tests for durachat.messages.sanitize (docs/agents.md#storage)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for durachat.messages.transform (PROTOCOL §7.6)."""
+"""Tests for durachat.messages.transform (docs/protocol.md#messages-from-clients)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The recovery budget: attempts, progress, and the order of the seal checks (PROTOCOL §9.3)."""
+"""The recovery budget: attempts, progress, and the order of the seal checks
+(docs/recovery.md#budgets)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for durachat.tools.client_tools_from_schemas (PROTOCOL §3.1, §8.4)."""
+"""Tests for durachat.tools.client_tools_from_schemas (docs/agents.md#dynamic-client-tools)."""
 
 from __future__ import annotations
 

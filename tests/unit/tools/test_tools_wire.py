@@ -1,4 +1,5 @@
-"""Tool events and approval chunks applied through the message builder (PROTOCOL §6.1)."""
+"""Tool events and approval chunks applied through the message builder
+(docs/protocol.md#how-chunks-become-parts)."""
 
 from __future__ import annotations
 

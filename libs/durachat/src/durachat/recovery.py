@@ -3,8 +3,8 @@
 When the worker running a turn dies (or its model stream stalls), the conversation's next owner
 rebuilds the partial reply from the event log and asks the agent what to do through
 `Agent.on_chat_recovery`. Every attempt is one step of an *incident* whose budget decides when
-recovery gives up (is *sealed*); the rules follow the reference's `chatRecovery` (PROTOCOL §9.2,
-§9.3), see `evaluate`.
+recovery gives up (is *sealed*); the settings, their defaults and the order of the checks are in
+docs/recovery.md#budgets, the checks themselves in `evaluate`.
 """
 
 from __future__ import annotations

@@ -17,6 +17,11 @@ from redis.asyncio import Redis
 from starlette.websockets import WebSocketDisconnect
 
 from durachat.protocol import MessageType
+from durachat.protocol.server_frames import (
+    identity_frame,
+    mcp_servers_frame,
+    rejected_request_frame,
+)
 from durachat_gateway.branch_frames import BRANCH_FRAMES, branch_frame, resolve_branch
 from durachat_gateway.branch_writes import branch_write_router
 from durachat_gateway.branches_api import (
@@ -224,13 +229,8 @@ def build_app(settings: GatewaySettings) -> FastAPI:
                     "(get-messages) and reconnect without one",
                 )
                 channel.greet(conn)
-            conn.send_json({"type": MessageType.IDENTITY.value, "name": name, "agent": agent})
-            conn.send_json(
-                {
-                    "mcp": {"prompts": [], "resources": [], "servers": {}, "tools": []},
-                    "type": MessageType.MCP_SERVERS.value,
-                }
-            )
+            conn.send_json(identity_frame(name, agent))
+            conn.send_json(mcp_servers_frame())
             await _serve(r, websocket, conn=conn, channel=channel, key=key, tag=tag)
         except WebSocketDisconnect:
             pass
@@ -337,14 +337,9 @@ def _forward(
                 frame.get("id"), str
             ):
                 conn.send_json(
-                    {
-                        "type": MessageType.USE_CHAT_RESPONSE.value,
-                        "id": frame["id"],
-                        "body": "The conversation is unavailable right now. Please retry.",
-                        "done": True,
-                        "error": True,
-                        "outcome": "error",
-                    }
+                    rejected_request_frame(
+                        frame["id"], "The conversation is unavailable right now. Please retry."
+                    )
                 )
             conn.send_error(exc.code, exc.message)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Final, Protocol
 
-from durachat.protocol import MessageType
+from durachat.protocol import MessageType, chat_messages_frame
+from durachat.protocol.server_frames import branch_op_answer_frame, branches_frame
 from durachat.types import JSONDict
 from durachat_gateway.branch_writes import BranchWrites, write_branch
 from durachat_gateway.branches_api import siblings_of
@@ -59,22 +60,18 @@ async def branch_frame(
         # What the write sent through the event log (a deleted branch's viewers moved to
         # main) reaches this connection before the answer.
         await channel.catch_up()
-        answer = {"type": MessageType.BRANCH_OP.value, "op": frame.get("op"), "status": status}
-        if isinstance(frame.get("id"), str):
-            answer["id"] = frame["id"]
-        conn.send_json({**answer, "body": body})
+        op_id = frame.get("id")
+        conn.send_json(
+            branch_op_answer_frame(
+                frame.get("op"), status, body, op_id=op_id if isinstance(op_id, str) else None
+            )
+        )
         return
     try:
         conversation = await r.store.find_conversation(key)
         if frame["type"] == MessageType.BRANCHES.value:
             records = [] if conversation is None else await r.store.list_branches(conversation.id)
-            conn.send_json(
-                {
-                    "type": MessageType.BRANCHES.value,
-                    "branches": [b.to_json() for b in records],
-                    "viewing": conn.branch,
-                }
-            )
+            conn.send_json(branches_frame([b.to_json() for b in records], conn.branch))
             return
         wanted = frame.get("branch")
         viewed = await resolve_branch(r.store, key, str(wanted)) if wanted else None
@@ -90,7 +87,7 @@ async def branch_frame(
         conn.send_error("database_unavailable", UNAVAILABLE)
         return
     channel.view(conn, viewed, reason="switch")
-    conn.send_json({"type": MessageType.CHAT_MESSAGES.value, "messages": messages})
+    conn.send_json(chat_messages_frame(messages))
     channel.greet(conn)
 
 

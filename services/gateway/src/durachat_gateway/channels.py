@@ -10,20 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from typing import overload
 
-from durachat.protocol import MessageType
+from durachat.protocol import MAIN_BRANCH
+from durachat.protocol.server_frames import (
+    branch_switched_frame,
+    chat_recovering_frame,
+    gave_up_frame,
+    replay_end_frame,
+    stream_pending_frame,
+    stream_resume_none_frame,
+    stream_resuming_frame,
+)
 from durachat_gateway.connection import ClientConnection
 from durachat_infra.eventlog import (
     EVERY_BRANCH,
-    MAIN,
     Kind,
     LogEntry,
     LogReader,
     StreamState,
+    branch_change,
     branch_of,
     entry_id_key,
     is_for,
@@ -31,8 +39,6 @@ from durachat_infra.eventlog import (
 from durachat_infra.keys import ConversationKeys
 
 log = logging.getLogger(__name__)
-
-RESPONSE = MessageType.USE_CHAT_RESPONSE.value
 
 RECOVERING_FRESH_MS = 15 * 60 * 1000
 """How long a connecting client is told a turn is being recovered (the reference's 15 min)."""
@@ -109,11 +115,10 @@ class Channel:
             change = entry.state_change()
             if change is not None:
                 # An entry for every branch (a clear of the whole conversation) changes main's.
-                owner = MAIN if branch == EVERY_BRANCH else branch
+                owner = MAIN_BRANCH if branch == EVERY_BRANCH else branch
                 state = self.state_of(owner)
                 before = state.status
-                prefix = f"{owner}|"
-                state.apply({k.removeprefix(prefix): v for k, v in change.items()}, entry.id)
+                state.apply(branch_change(owner, change), entry.id)
                 self._on_state(owner, before)
         if entries:
             self._delivered = entry_id_key(entries[-1].id)
@@ -133,9 +138,7 @@ class Channel:
         conn.branch = branch
         conn.parked = None
         conn.pending_resume = None
-        conn.send_json(
-            {"type": MessageType.BRANCH_SWITCHED.value, "branch": branch, "reason": reason}
-        )
+        conn.send_json(branch_switched_frame(branch, reason))
 
     def _on_state(self, branch: str, before: str) -> None:
         state = self.state_of(branch)
@@ -145,12 +148,12 @@ class Channel:
                 if conn.parked is not None:
                     conn.parked = None
                     conn.pending_resume = state.request
-                    conn.send_json({"type": MessageType.STREAM_RESUMING.value, "id": state.request})
+                    conn.send_json(stream_resuming_frame(state.request))
         elif state.status in ("idle", "done"):
             for conn in viewers:
                 if conn.parked is not None:
                     conn.parked = None
-                    conn.send_json({"type": MessageType.STREAM_RESUME_NONE.value})
+                    conn.send_json(stream_resume_none_frame())
                 if not conn.replaying:
                     conn.pending_resume = None
 
@@ -160,99 +163,67 @@ class Channel:
         state = self.state_of(conn.branch)
         if state.status == "streaming":
             conn.pending_resume = state.request
-            conn.send_json({"type": MessageType.STREAM_RESUMING.value, "id": state.request})
+            conn.send_json(stream_resuming_frame(state.request))
         elif state.status == "pending":
             conn.parked = state.request
-            conn.send_json({"type": MessageType.STREAM_PENDING.value, "id": state.request})
+            conn.send_json(stream_pending_frame(state.request))
         elif state.recovering and time.time() * 1000 - state.recovering_at < (RECOVERING_FRESH_MS):
-            conn.send_json(
-                {
-                    "type": MessageType.CHAT_RECOVERING.value,
-                    "recovering": True,
-                    "id": state.recovering,
-                }
-            )
+            conn.send_json(chat_recovering_frame(state.recovering, active=True))
 
     def resume_request(self, conn: ClientConnection, probe_id: str | None) -> None:
         """Answer `cf_agent_stream_resume_request`."""
-        probe = {"probeId": probe_id} if probe_id else {}
         state = self.state_of(conn.branch)
         if state.status == "streaming":
             conn.pending_resume = state.request
-            conn.send_json(
-                {"type": MessageType.STREAM_RESUMING.value, "id": state.request, **probe}
-            )
+            conn.send_json(stream_resuming_frame(state.request, probe_id))
         elif state.status == "pending":
             conn.parked = state.request
-            conn.send_json({"type": MessageType.STREAM_PENDING.value, "id": state.request, **probe})
-        elif (terminal := _terminal(state)) is not None:
+            conn.send_json(stream_pending_frame(state.request, probe_id))
+        elif (gave_up := state.gave_up()) is not None:
             # A turn recovery gave up on: the client is offered it, to be told how it ended.
-            conn.send_json({"type": MessageType.STREAM_RESUMING.value, "id": terminal[0], **probe})
+            conn.send_json(stream_resuming_frame(gave_up[0], probe_id))
         else:
-            conn.send_json(
-                {"type": MessageType.STREAM_RESUME_NONE.value, "reason": "idle", **probe}
-            )
+            conn.send_json(stream_resume_none_frame(idle=True, probe_id=probe_id))
 
     async def resume_ack(self, conn: ClientConnection, request_id: str) -> None:
         """Answer `cf_agent_stream_resume_ack`: replay the stream, then go live."""
         conn.pending_resume = None
         state = self.state_of(conn.branch)
-        terminal = _terminal(state)
-        if state.status != "streaming" and terminal is not None and terminal[0] == request_id:
-            await self._replay_terminal(conn, request_id, terminal[1])
+        gave_up = state.gave_up()
+        if state.status != "streaming" and gave_up is not None and gave_up[0] == request_id:
+            await self._replay_terminal(conn, request_id, gave_up[1])
             return
         if (
             state.request != request_id
             or state.status not in ("streaming", "done")
             or not state.start
         ):
-            conn.send_json(
-                {"body": "", "done": True, "id": request_id, "type": RESPONSE, "replay": True}
-            )
+            # Nothing to replay: an empty replay that ends the request.
+            conn.send_json(replay_end_frame(request_id, live=False, continuation=False))
             return
         entries = await self._replay_read(conn, state.start)
         last = entry_id_key(entries[-1].id) if entries else entry_id_key(state.start)
         ended = False
         transcript: LogEntry | None = None
         for entry in entries:
-            if entry.kind is Kind.FRAME and _visible(entry, conn):
-                if '"cf_agent_chat_messages"' in entry.frame:
+            if entry.kind is Kind.TRANSCRIPT:
+                if _visible(entry, conn):
                     transcript = entry
                 continue
+            # Other frames and views carry no request id, so only this request's entries pass.
             if entry.request != request_id or not _visible(entry, conn):
                 continue
             if entry.kind is Kind.CHUNK:
                 conn.send_entry(entry, replay=True)
             elif entry.kind is Kind.TERMINAL:
                 ended = True
-        tail = {"continuation": True} if state.continuation else {}
-        if ended:
-            conn.send_json(
-                {
-                    "body": "",
-                    "done": True,
-                    "id": request_id,
-                    "type": RESPONSE,
-                    "replay": True,
-                    **tail,
-                }
-            )
-            if transcript is not None:
-                # The stream ended while this connection waited to ACK, so it missed the
-                # transcript sent at the end; it gets the latest one now.
-                conn.send_entry(transcript)
-        else:
-            conn.send_json(
-                {
-                    "body": "",
-                    "done": False,
-                    "id": request_id,
-                    "type": RESPONSE,
-                    "replay": True,
-                    "replayComplete": True,
-                    **tail,
-                }
-            )
+        conn.send_json(
+            replay_end_frame(request_id, live=not ended, continuation=state.continuation)
+        )
+        if ended and transcript is not None:
+            # The stream ended while this connection waited to ACK, so it missed the
+            # transcript sent at the end; it gets the latest one now.
+            conn.send_entry(transcript)
         self._go_live(conn, request_id, last)
 
     async def resume_from(self, conn: ClientConnection, cursor: str) -> bool:
@@ -277,9 +248,7 @@ class Channel:
         for entry in entries:
             if entry.request == request_id and entry.kind is Kind.CHUNK and _visible(entry, conn):
                 conn.send_entry(entry, replay=True)
-        conn.send_json(
-            {"body": text, "done": True, "error": True, "id": request_id, "type": RESPONSE}
-        )
+        conn.send_json(gave_up_frame(request_id, text))
         self._go_live(conn, request_id, last)
 
     @overload
@@ -328,14 +297,6 @@ def _visible(entry: LogEntry, conn: ClientConnection) -> bool:
     """Whether an entry is for `conn`: addressed to it, and of the branch it views."""
     branch = branch_of(entry.branch)
     return is_for(entry.target, conn.id) and branch in (conn.branch, EVERY_BRANCH)
-
-
-def _terminal(state: StreamState) -> tuple[str, str] | None:
-    """The request id and message of the turn recovery last gave up on, if recorded."""
-    if not state.terminal:
-        return None
-    record = json.loads(state.terminal)
-    return str(record.get("req", "")), str(record.get("body", ""))
 
 
 def _already_replayed(conn: ClientConnection, entry: LogEntry) -> bool:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from prometheus_client import Counter
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from durachat.protocol import MessageType
+from durachat.protocol import MAIN_BRANCH, encode_json
+from durachat.protocol.server_frames import error_frame
 from durachat_infra.eventlog import LogEntry, with_cursor, with_replay_flag
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class ClientConnection:
         """(request id, last entry id) of the last replay: live entries of that request (of
         any request after a cursor replay: None) up to there were already sent as replay and
         are skipped if the log reader delivers them late."""
-        self.branch = "main"
+        self.branch = MAIN_BRANCH
         """The branch this connection views: it gets that branch's frames only."""
         self.cursors = False
         """Stamp every frame from the log with its entry id (`cursor`), for clients that
@@ -109,14 +109,14 @@ class ClientConnection:
             self.closed = True
             asyncio.get_running_loop().create_task(self._close(SLOW_CONSUMER_CLOSE))
 
-    def send_json(self, frame: dict[str, Any]) -> None:
-        """Queue a frame given as an object."""
-        self.send(json.dumps(frame, separators=(",", ":"), ensure_ascii=False))
+    def send_json(self, frame: Mapping[str, Any]) -> None:
+        """Queue a frame given as an object (built by `durachat.protocol`)."""
+        self.send(encode_json(frame))
 
     def send_error(self, code: str, message: str) -> None:
         """Tell the client a frame of its was rejected (`durachat_error`, a stable `code`)."""
         FRAME_ERRORS.labels(code).inc()
-        self.send_json({"type": MessageType.ERROR.value, "code": code, "message": message})
+        self.send_json(error_frame(code, message))
 
     async def aclose(self) -> None:
         """Stop the writer after it drains what is queued; frames still being forwarded are

@@ -9,10 +9,10 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from durachat.protocol import MessageType
+from durachat.protocol.server_frames import done_frame
 from durachat_infra.eventlog import (
-    MAIN,
     StreamState,
+    branch_tag,
     entry_id_key,
     state_fields,
     state_prefix,
@@ -80,13 +80,7 @@ async def close_abandoned_streams(ctx: dict[str, Any]) -> int:
         for branch, state in (await _stream_states(deps, keys)).items():
             if state.status not in ("streaming", "pending") or not state.request:
                 continue
-            frame = {
-                "body": "",
-                "done": True,
-                "id": state.request,
-                "type": MessageType.USE_CHAT_RESPONSE.value,
-                "outcome": "aborted",
-            }
+            frame = done_frame(state.request, outcome="aborted")
             done = await script(
                 keys=[keys.log, keys.state, keys.lease],
                 args=[
@@ -94,8 +88,8 @@ async def close_abandoned_streams(ctx: dict[str, Any]) -> int:
                     _json(frame),
                     cutoff_ms,
                     state_prefix(branch),
-                    "" if branch == MAIN else branch,
-                    _json(state_fields(branch, {"status": "done"})),
+                    branch_tag(branch),
+                    _json(state_fields(branch, StreamState.change_ended(streamed=True))),
                 ],
             )
             closed += int(done)

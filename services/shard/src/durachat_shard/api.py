@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
+from durachat.protocol import MAIN_BRANCH
 from durachat_infra.cluster import RECOVER_PATH
 from durachat_infra.eventlog import LogWriter
 from durachat_infra.store import ConversationKey, DatabaseUnavailableError, UnknownBranchError
@@ -39,7 +40,7 @@ class FrameIn(BaseModel):
     name: str
     connection: str
     frame: dict[str, Any]
-    branch: str = "main"
+    branch: str = MAIN_BRANCH
     """The branch the connection views (`main` or a branch id)."""
     deadline: float | None = None
     """When the gateway gives up on the frame (seconds since the epoch): a frame that reaches

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from durachat_infra.eventlog import MAIN
+from durachat.protocol import MAIN_BRANCH
 from durachat_infra.store import (
     BranchExistsError,
     BranchRef,
@@ -50,7 +50,7 @@ async def apply_branch_op(
 ) -> tuple[int, dict[str, Any]]:
     """Run one branch write for `actor`'s conversation (`main`'s actor). `stop_branch` stops
     the actor of a branch (by id) that is being deleted."""
-    ref = parse_branch_ref(op.branch) if op.branch else "main"
+    ref = parse_branch_ref(op.branch) if op.branch else MAIN_BRANCH
     try:
         if op.op == "fork":
             if not op.new_name:
@@ -93,13 +93,13 @@ async def _delete(
     record = await actor.store.get_branch(actor.conversation_id, ref)
     if record is None:
         raise UnknownBranchError(actor.conversation_id, ref)
-    if record.name == MAIN:
+    if record.name == MAIN_BRANCH:
         raise MainBranchError(actor.conversation_id, "delete")
     branch = str(record.id)
     await stop_branch(branch)
     deleted = await actor.run_write(lambda tx: tx.delete_branch(record.id))
     # A frame may have woken it meanwhile; its writes fail from now on.
     await stop_branch(branch)
-    actor.emit.view(MAIN, reason="deleted", of=branch)
+    actor.emit.view(MAIN_BRANCH, reason="deleted", of=branch)
     actor.emit.messages(actor.transcript.messages)
     return deleted

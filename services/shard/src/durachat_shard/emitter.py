@@ -1,24 +1,42 @@
-"""Frames a conversation sends, written to its event log."""
+"""Frames a conversation sends, written to its event log.
+
+The frames are built by `durachat.protocol` (docs/protocol.md) and the stream-state changes by
+`StreamState` (docs/architecture.md#the-event-log); this module decides which entry carries
+them, for whom, and on which branch.
+"""
 
 from __future__ import annotations
 
-import json
-import time
+from collections.abc import Mapping
 from typing import Any
 
 from redis.asyncio import Redis
 
-from durachat.protocol import MessageType
+from durachat.protocol import (
+    MAIN_BRANCH,
+    MessageType,
+    chat_clear_frame,
+    chat_messages_frame,
+    encode_json,
+)
+from durachat.protocol.server_frames import (
+    chat_recovering_frame,
+    chunk_frame,
+    done_frame,
+    gave_up_frame,
+    reply_error_frame,
+)
 from durachat.types import UIChunk, UIMessage
 from durachat_infra.eventlog import (
     ALL,
     EVERY_BRANCH,
-    MAIN,
     Kind,
     LogEntry,
     LogWriter,
+    StateChange,
     StreamState,
     all_but,
+    branch_tag,
     only,
     read_range,
     read_state,
@@ -27,15 +45,11 @@ from durachat_infra.eventlog import (
 from durachat_infra.keys import ConversationKeys
 
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-
-
 class Emitter:
     """Writes one conversation's outgoing frames to its event log, in order."""
 
     def __init__(
-        self, writer: LogWriter, keys: ConversationKeys, redis: Redis, *, branch: str = MAIN
+        self, writer: LogWriter, keys: ConversationKeys, redis: Redis, *, branch: str = MAIN_BRANCH
     ) -> None:
         self._writer = writer
         self.keys = keys
@@ -43,7 +57,7 @@ class Emitter:
         self.branch = branch
         """The branch this emitter writes for (`main` or a branch id): its entries are tagged
         with it, so only connections viewing that branch get them."""
-        self._tag = "" if branch == MAIN else branch
+        self._tag = branch_tag(branch)
 
     def _append(
         self,
@@ -52,7 +66,7 @@ class Emitter:
         *,
         target: str = ALL,
         request: str = "",
-        state: dict[str, str] | None = None,
+        state: StateChange | None = None,
         branch: str | None = None,
     ) -> None:
         self._writer.append(
@@ -77,14 +91,17 @@ class Emitter:
         """The conversation's stream state as stored."""
         return await read_state(self._redis, self.keys, self.branch)
 
-    def frame(self, frame: dict[str, Any], *, target: str = ALL) -> None:
-        """Send any frame."""
-        self._append(Kind.FRAME, _dumps(frame), target=target)
+    def frame(self, frame: Mapping[str, Any], *, target: str = ALL) -> None:
+        """Send any frame. A transcript (`cf_agent_chat_messages`) goes in an entry of its own
+        kind, which gateways look for when they replay a stream."""
+        kind = Kind.TRANSCRIPT if frame.get("type") == MessageType.CHAT_MESSAGES else Kind.FRAME
+        self._append(kind, encode_json(frame), target=target)
 
     def messages(self, messages: list[UIMessage], *, exclude: str | None = None) -> None:
         """Broadcast the transcript (`cf_agent_chat_messages`)."""
-        self.frame(
-            {"type": MessageType.CHAT_MESSAGES.value, "messages": messages},
+        self._append(
+            Kind.TRANSCRIPT,
+            encode_json(chat_messages_frame(messages)),
             target=all_but(exclude) if exclude else ALL,
         )
 
@@ -93,42 +110,28 @@ class Emitter:
         `main` clears the whole conversation, so connections on every branch are told."""
         self._append(
             Kind.FRAME,
-            _dumps({"type": MessageType.CHAT_CLEAR.value}),
+            encode_json(chat_clear_frame()),
             target=all_but(exclude) if exclude else ALL,
-            branch=EVERY_BRANCH if self.branch == MAIN else None,
-            state={
-                "status": "idle",
-                "req": "",
-                "start": "",
-                "cont": "0",
-                "terminal": "",
-                "recovering": "",
-            },
+            branch=EVERY_BRANCH if self.branch == MAIN_BRANCH else None,
+            state=StreamState.change_cleared(),
         )
 
     def pending(self, request_id: str) -> None:
         """A turn is accepted and will stream later."""
         self._append(
             Kind.CONTROL,
-            _dumps({"op": "pending", "req": request_id}),
+            encode_json({"op": "pending", "req": request_id}),
             request=request_id,
-            # A new request clears the record of the last one recovery gave up on.
-            state={
-                "status": "pending",
-                "req": request_id,
-                "start": "",
-                "cont": "0",
-                "terminal": "",
-            },
+            state=StreamState.change_pending(request_id),
         )
 
     def idle(self, request_id: str) -> None:
         """No turn is accepted any more (the last one ended without streaming)."""
         self._append(
             Kind.CONTROL,
-            _dumps({"op": "idle", "req": request_id}),
+            encode_json({"op": "idle", "req": request_id}),
             request=request_id,
-            state={"status": "idle"},
+            state=StreamState.change_idle(),
         )
 
     def stream_start(
@@ -141,15 +144,9 @@ class Emitter:
             control["base"], control["baseParts"] = base
         self._append(
             Kind.CONTROL,
-            _dumps(control),
+            encode_json(control),
             request=request_id,
-            state={
-                "status": "streaming",
-                "req": request_id,
-                "start": "$id",
-                "cont": "1" if continuation else "0",
-                "terminal": "",
-            },
+            state=StreamState.change_streaming(request_id, continuation=continuation),
         )
 
     def recovering(self, root_request_id: str, *, active: bool) -> None:
@@ -157,71 +154,33 @@ class Emitter:
         (`cf_agent_chat_recovering`); remembered for tabs that connect meanwhile."""
         self._append(
             Kind.FRAME,
-            _dumps(
-                {
-                    "type": MessageType.CHAT_RECOVERING.value,
-                    "recovering": active,
-                    "id": root_request_id,
-                }
-            ),
-            state={
-                "recovering": root_request_id if active else "",
-                "recovering_at": str(int(time.time() * 1000)),
-            },
+            encode_json(chat_recovering_frame(root_request_id, active=active)),
+            state=StreamState.change_recovering(root_request_id, active=active),
         )
 
     def terminal_error(self, request_id: str, text: str, *, continuation: bool) -> None:
         """End a request that recovery gave up on with `text`, and record it so a client that
         reconnects later is told too."""
-        frame: dict[str, Any] = {
-            "body": text,
-            "done": True,
-            "error": True,
-            "id": request_id,
-            "type": MessageType.USE_CHAT_RESPONSE.value,
-        }
-        if continuation:
-            frame["continuation"] = True
         self._append(
             Kind.TERMINAL,
-            _dumps(frame),
+            encode_json(gave_up_frame(request_id, text, continuation=continuation)),
             request=request_id,
-            state={
-                "status": "done",
-                "terminal": _dumps({"req": request_id, "body": text}),
-                "recovering": "",
-            },
+            state=StreamState.change_gave_up(request_id, text),
         )
 
     def chunk(self, request_id: str, seq: int, chunk: UIChunk, *, continuation: bool) -> None:
         """One chunk of a request's stream."""
-        frame: dict[str, Any] = {
-            "body": _dumps(chunk),
-            "done": False,
-            "id": request_id,
-            "type": MessageType.USE_CHAT_RESPONSE.value,
-            "seq": seq,
-        }
-        if continuation:
-            frame["continuation"] = True
-        self._append(Kind.CHUNK, _dumps(frame), request=request_id)
+        frame = chunk_frame(request_id, seq, encode_json(chunk), continuation=continuation)
+        self._append(Kind.CHUNK, encode_json(frame), request=request_id)
 
     def error(
         self, request_id: str, text: str, *, message_ids: list[str] | None, continuation: bool
     ) -> None:
         """The error frame of a failed request (before its terminal frame)."""
-        frame: dict[str, Any] = {
-            "body": text,
-            "done": False,
-            "error": True,
-            "id": request_id,
-            "type": MessageType.USE_CHAT_RESPONSE.value,
-        }
-        if message_ids is not None:
-            frame["messageIds"] = message_ids
-        if continuation:
-            frame["continuation"] = True
-        self._append(Kind.CHUNK, _dumps(frame), request=request_id)
+        frame = reply_error_frame(
+            request_id, text, message_ids=message_ids, continuation=continuation
+        )
+        self._append(Kind.CHUNK, encode_json(frame), request=request_id)
 
     def terminal(
         self,
@@ -236,24 +195,18 @@ class Emitter:
     ) -> None:
         """The terminal `done` frame of a request; ends its stream (unless `change_state` is
         False: a frame that only settles one client)."""
-        frame: dict[str, Any] = {
-            "body": "",
-            "done": True,
-            "id": request_id,
-            "type": MessageType.USE_CHAT_RESPONSE.value,
-        }
-        if message_ids is not None:
-            frame["messageIds"] = message_ids
-        if outcome is not None:
-            frame["outcome"] = outcome
-        if continuation:
-            frame["continuation"] = True
+        frame = done_frame(
+            request_id,
+            outcome=outcome,
+            message_ids=message_ids,
+            continuation=continuation,
+        )
         self._append(
             Kind.TERMINAL,
-            _dumps(frame),
+            encode_json(frame),
             request=request_id,
             target=target,
-            state=({"status": "done" if streamed else "idle"} if change_state else None),
+            state=StreamState.change_ended(streamed=streamed) if change_state else None,
         )
 
     def view(
@@ -265,11 +218,11 @@ class Emitter:
         (`durachat_branch_switched`)."""
         self._append(
             Kind.VIEW,
-            _dumps({"branch": branch, "reason": reason}),
+            encode_json({"branch": branch, "reason": reason}),
             target=ALL if connection_id is None else only(connection_id),
-            branch=None if of is None else ("" if of == MAIN else of),
+            branch=None if of is None else branch_tag(of),
         )
 
-    def to(self, connection_id: str, frame: dict[str, Any]) -> None:
+    def to(self, connection_id: str, frame: Mapping[str, Any]) -> None:
         """Send a frame to one connection."""
         self.frame(frame, target=only(connection_id))

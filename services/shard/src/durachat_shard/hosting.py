@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from durachat.agent import AgentRegistry
 from durachat.messages import enforce_row_size_limit, sanitize_message
 from durachat_infra.cluster import ClusterView, LeaseHeldError, Leases, wake_owner
-from durachat_infra.eventlog import MAIN, LogWriter
+from durachat_infra.eventlog import LogWriter
 from durachat_infra.keys import ConversationKeys, conversation_tag
 from durachat_infra.store import (
     MAIN_BRANCH,
@@ -50,7 +50,7 @@ class _Held:
     key: ConversationKey
     keys: ConversationKeys
     actor: ConversationActor
-    branch: str = MAIN
+    branch: str = MAIN_BRANCH
 
 
 Slot = tuple[ConversationKey, str]
@@ -147,7 +147,7 @@ class Conversations:
             )
         log.info("handed over %d of %d conversations", sum(woken), len(keys))
 
-    async def get(self, key: ConversationKey, branch: str = MAIN) -> ConversationActor:
+    async def get(self, key: ConversationKey, branch: str = MAIN_BRANCH) -> ConversationActor:
         """The actor of `key` on `branch` (`main` or a branch id), activating it if needed.
 
         Raises `NotOwnerError` when another shard owns the conversation,
@@ -184,10 +184,10 @@ class Conversations:
         which recovers those turns."""
         actor = await self.get(key)
         branches = {
-            str((turn.request or {}).get("branch") or MAIN)
+            str((turn.request or {}).get("branch") or MAIN_BRANCH)
             for turn in await self._store.open_turns(actor.conversation_id)
         }
-        for branch in sorted(branches - {MAIN}):
+        for branch in sorted(branches - {MAIN_BRANCH}):
             try:
                 await self.get(key, branch)
             except UnknownBranchError:
@@ -202,7 +202,7 @@ class Conversations:
         """Release the actors of `key` on branches other than main (main was cleared: every
         other branch is gone)."""
         for slot, held in list(self._held.items()):
-            if held.key == key and held.branch != MAIN:
+            if held.key == key and held.branch != MAIN_BRANCH:
                 self._release_soon(slot)
 
     def on_log_fenced(self, keys: ConversationKeys) -> None:
@@ -225,10 +225,10 @@ class Conversations:
         try:
             conversation = await self._store.get_or_create_conversation(key)
             epoch = await self._claim(keys, conversation.id, grant.epoch, fresh=grant.fresh)
-            ref: BranchRef = MAIN_BRANCH if branch == MAIN else int(branch)
+            ref: BranchRef = MAIN_BRANCH if branch == MAIN_BRANCH else int(branch)
             # A conversation this call created holds nothing yet: no reads on the way to the
             # first chunk of a new conversation (docs/benchmarks.md).
-            empty = conversation.created and branch == MAIN
+            empty = conversation.created and branch == MAIN_BRANCH
             stored = [] if empty else await self._load(conversation.id, ref)
             # Activation can outlast the lease when the database is slow; confirm it is still
             # held (renewing it), and if it had to be taken again, claim the new epoch, re-read.
@@ -278,13 +278,17 @@ class Conversations:
         )
         agent.host = actor.host
         actor.open_branch = lambda other: self.get(key, other)
-        if branch == MAIN:
+        if branch == MAIN_BRANCH:
             actor.on_cleared = lambda: self._drop_branches(key)
         try:
             # Turns a former owner left unfinished are recovered before any new input.
             open_turns = [] if empty else await self._store.open_turns(conversation.id)
             await actor.recover(
-                [t for t in open_turns if str((t.request or {}).get("branch") or MAIN) == branch]
+                [
+                    t
+                    for t in open_turns
+                    if str((t.request or {}).get("branch") or MAIN_BRANCH) == branch
+                ]
             )
         except BaseException:
             await actor.stop()
@@ -298,7 +302,7 @@ class Conversations:
             key.tenant,
             key.agent,
             key.name,
-            "" if branch == MAIN else f" (branch {branch})",
+            "" if branch == MAIN_BRANCH else f" (branch {branch})",
             epoch,
         )
         return held

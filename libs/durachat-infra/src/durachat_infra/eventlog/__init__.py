@@ -7,28 +7,33 @@ port in `durachat_infra.eventlog.memory` (docs/architecture.md#ports-and-adapter
 from durachat_infra.eventlog.entries import (
     ALL,
     EVERY_BRANCH,
-    MAIN,
     Kind,
     LogEntry,
     all_but,
     branch_of,
+    branch_tag,
     entry_id_key,
     is_for,
     only,
-    state_fields,
-    state_prefix,
     with_cursor,
     with_replay_flag,
 )
 from durachat_infra.eventlog.maintenance import LogMaintenance
 from durachat_infra.eventlog.reader import LogReader, LogReads, read_range, read_state, read_states
-from durachat_infra.eventlog.state import StreamState
+from durachat_infra.eventlog.state import (
+    ENTRY_ID,
+    StateChange,
+    StreamState,
+    branch_change,
+    state_fields,
+    state_prefix,
+)
 from durachat_infra.eventlog.writer import LogFencedError, LogWriter
 
 __all__ = [
     "ALL",
+    "ENTRY_ID",
     "EVERY_BRANCH",
-    "MAIN",
     "Kind",
     "LogEntry",
     "LogFencedError",
@@ -36,9 +41,12 @@ __all__ = [
     "LogReader",
     "LogReads",
     "LogWriter",
+    "StateChange",
     "StreamState",
     "all_but",
+    "branch_change",
     "branch_of",
+    "branch_tag",
     "entry_id_key",
     "is_for",
     "only",

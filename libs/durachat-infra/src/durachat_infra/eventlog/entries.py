@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from durachat.protocol import MAIN_BRANCH
+
 
 class Kind(StrEnum):
     """What an entry is; one byte on the wire."""
@@ -20,8 +22,10 @@ class Kind(StrEnum):
     """A `cf_agent_use_chat_response` chunk frame of request `request` (replayable)."""
     TERMINAL = "d"
     """The terminal frame of request `request` (ends its stream)."""
+    TRANSCRIPT = "m"
+    """A transcript (`cf_agent_chat_messages`): gateways find the latest one in a replay."""
     FRAME = "f"
-    """Any other frame (transcript broadcasts, clear, message updates)."""
+    """Any other frame (clear, message updates, frames for one connection)."""
     CONTROL = "s"
     """A stream-state change; `frame` is its JSON payload, never sent to clients."""
     VIEW = "v"
@@ -31,8 +35,6 @@ class Kind(StrEnum):
 
 ALL = "*"
 
-MAIN = "main"
-"""The branch key of `main` (its entries carry no branch field)."""
 
 EVERY_BRANCH = "*"
 """The branch tag of an entry for connections on every branch (a clear of the whole
@@ -41,19 +43,13 @@ conversation)."""
 
 def branch_of(entry_branch: str) -> str:
     """The branch key an entry's tag stands for."""
-    return entry_branch or MAIN
+    return entry_branch or MAIN_BRANCH
 
 
-def state_prefix(branch: str) -> str:
-    """The prefix of a branch's fields in the conversation's state hash: none for main,
-    `<branch>|` for the others."""
-    return "" if branch in ("", MAIN) else f"{branch}|"
-
-
-def state_fields(branch: str, change: dict[str, str]) -> dict[str, str]:
-    """A stream-state change as stored in the conversation's state hash (see `state_prefix`)."""
-    prefix = state_prefix(branch)
-    return {f"{prefix}{key}": value for key, value in change.items()} if prefix else change
+def branch_tag(branch: str) -> str:
+    """The tag of a branch's entries: none for main (its entries carry no branch field), the
+    branch key for the others (`branch_of` undone)."""
+    return "" if branch == MAIN_BRANCH else branch
 
 
 def all_but(connection_id: str) -> str:

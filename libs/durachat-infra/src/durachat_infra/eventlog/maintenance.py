@@ -8,9 +8,10 @@ from collections.abc import AsyncIterator
 
 from redis.asyncio import Redis
 
-from durachat_infra.eventlog.entries import MAIN, state_fields, state_prefix
+from durachat_infra.eventlog.entries import branch_tag
 from durachat_infra.eventlog.reader import LogReads
 from durachat_infra.eventlog.scripts import CLOSE_ABANDONED
+from durachat_infra.eventlog.state import StreamState, state_fields, state_prefix
 from durachat_infra.keys import ConversationKeys
 
 __all__ = ["LogMaintenance"]
@@ -40,7 +41,9 @@ class LogMaintenance(LogReads):
     ) -> bool:
         """End the open stream of `request` on `branch` with `frame` if nobody holds the
         conversation and its log has been quiet since `cutoff_ms` (one script call)."""
-        change = json.dumps(state_fields(branch, {"status": "done"}), separators=(",", ":"))
+        change = json.dumps(
+            state_fields(branch, StreamState.change_ended(streamed=True)), separators=(",", ":")
+        )
         closed = await self._close(
             keys=[keys.log, keys.state, keys.lease],
             args=[
@@ -48,7 +51,7 @@ class LogMaintenance(LogReads):
                 frame,
                 cutoff_ms,
                 state_prefix(branch),
-                "" if branch == MAIN else branch,
+                branch_tag(branch),
                 change,
             ],
         )

@@ -24,17 +24,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from durachat_infra.eventlog.entries import (
-    ALL,
-    MAIN,
-    Kind,
-    LogEntry,
-    entry_id_key,
-    state_fields,
-    state_prefix,
-)
+from durachat.protocol import MAIN_BRANCH
+from durachat_infra.eventlog.entries import ALL, Kind, LogEntry, branch_tag, entry_id_key
 from durachat_infra.eventlog.port import EntryHandler
-from durachat_infra.eventlog.state import StreamState
+from durachat_infra.eventlog.state import StreamState, state_fields, state_prefix
 from durachat_infra.eventlog.writer import LogFencedError
 from durachat_infra.keys import ConversationKeys
 
@@ -264,7 +257,7 @@ class MemoryLogReads:
         """The stream state of every branch of the conversation."""
         return StreamState.all_from_hash(self._log.state_fields(keys))
 
-    async def read_state(self, keys: ConversationKeys, branch: str = MAIN) -> StreamState:
+    async def read_state(self, keys: ConversationKeys, branch: str = MAIN_BRANCH) -> StreamState:
         """The stream state of one branch of the conversation."""
         return (await self.read_states(keys)).get(branch) or StreamState()
 
@@ -367,9 +360,10 @@ class MemoryLogMaintenance(MemoryLogReads):
         newest = self._log.entries(keys)[-1:]
         if newest and entry_id_key(newest[0].id)[0] > cutoff_ms:
             return False
-        change = _state_json(state_fields(branch, {"status": "done"}))
-        tag = "" if branch == MAIN else branch
-        self._log.add(keys, _Pending(Kind.TERMINAL, frame, ALL, request, change, tag))
+        change = _state_json(state_fields(branch, StreamState.change_ended(streamed=True)))
+        self._log.add(
+            keys, _Pending(Kind.TERMINAL, frame, ALL, request, change, branch_tag(branch))
+        )
         self._log.notify(keys)
         return True
 

@@ -18,7 +18,8 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Protocol
 
-from durachat_infra.eventlog.entries import ALL, MAIN, Kind, LogEntry
+from durachat.protocol import MAIN_BRANCH
+from durachat_infra.eventlog.entries import ALL, Kind, LogEntry
 from durachat_infra.eventlog.state import StreamState
 from durachat_infra.keys import ConversationKeys
 
@@ -98,7 +99,7 @@ class LogReadsPort(Protocol):
         """The stream state of every branch that has one (`main` always)."""
         ...
 
-    async def read_state(self, keys: ConversationKeys, branch: str = MAIN) -> StreamState:
+    async def read_state(self, keys: ConversationKeys, branch: str = MAIN_BRANCH) -> StreamState:
         """The stream state of one branch (idle if it has none)."""
         ...
 

@@ -10,7 +10,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from durachat_infra.eventlog.entries import MAIN, LogEntry
+from durachat.protocol import MAIN_BRANCH
+from durachat_infra.eventlog.entries import LogEntry
 from durachat_infra.eventlog.port import EntryHandler
 from durachat_infra.eventlog.scripts import SNAPSHOT
 from durachat_infra.eventlog.state import StreamState
@@ -36,7 +37,9 @@ async def read_range(
         cursor = "(" + rows[-1][0]
 
 
-async def read_state(redis: Redis, keys: ConversationKeys, branch: str = MAIN) -> StreamState:
+async def read_state(
+    redis: Redis, keys: ConversationKeys, branch: str = MAIN_BRANCH
+) -> StreamState:
     """The stream state of a conversation's branch as the owner left it."""
     return (await read_states(redis, keys)).get(branch) or StreamState()
 
@@ -65,7 +68,7 @@ class LogReads:
         """The stream state of every branch of the conversation."""
         return await read_states(self._redis, keys)
 
-    async def read_state(self, keys: ConversationKeys, branch: str = MAIN) -> StreamState:
+    async def read_state(self, keys: ConversationKeys, branch: str = MAIN_BRANCH) -> StreamState:
         """The stream state of one branch of the conversation."""
         return await read_state(self._redis, keys, branch)
 

@@ -15,13 +15,12 @@ Branches (docs/branching.md): `Store.list_branches`, `get_branch`, `branch_path`
 `trim_path` change them; `Store.fork_conversation` copies a branch into a new conversation.
 """
 
+from durachat.protocol import MAIN_BRANCH, BranchRef
 from durachat_infra.store._migrate import migrate
 from durachat_infra.store._records import (
-    MAIN_BRANCH,
     MAX_BRANCH_NAME,
     OPEN_TURN_STATUSES,
     BranchRecord,
-    BranchRef,
     Conversation,
     ConversationKey,
     IncidentRecord,

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from sqlalchemy import delete, select, update
 
+from durachat.protocol import MAIN_BRANCH, BranchRef
 from durachat_infra.store import _branches
 from durachat_infra.store._engine import insert_new
-from durachat_infra.store._records import (
-    MAIN_BRANCH,
-    BranchRecord,
-    BranchRef,
-    check_branch_name,
-)
+from durachat_infra.store._records import BranchRecord, check_branch_name
 from durachat_infra.store._transaction_core import TransactionCore
 from durachat_infra.store.errors import (
     BranchExistsError,

@@ -26,7 +26,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 
-from durachat_infra.store._records import MAX_BRANCH_ID, BranchRecord, BranchRef, Siblings
+from durachat.protocol import BranchRef
+from durachat_infra.store._records import MAX_BRANCH_ID, BranchRecord, Siblings
 from durachat_infra.store.models import Branch, Message
 
 AnyRow: TypeAlias = Row[*tuple[Any, ...]]

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, cast
 
+from durachat.protocol import BranchRef
 from durachat_infra.store._records import (
     MAX_BRANCH_ID,
     BranchRecord,
-    BranchRef,
     ConversationKey,
     Siblings,
     StoredMessage,

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from durachat.protocol import MAIN_BRANCH, BranchRef
 from durachat_infra.store._memory_data import (
     BranchRow,
     ConversationState,
@@ -30,11 +31,9 @@ from durachat_infra.store._memory_data import (
     resolve,
 )
 from durachat_infra.store._records import (
-    MAIN_BRANCH,
     TURN_KINDS,
     TURN_STATUSES,
     BranchRecord,
-    BranchRef,
     ToolCallRecord,
     TurnKind,
     TurnStatus,

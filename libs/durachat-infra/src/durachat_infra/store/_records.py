@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Literal, TypeAlias, get_args
+from typing import Any, Final, Literal, get_args
+
+from durachat.protocol import BranchRef
 
 TurnKind = Literal["submit", "regenerate", "continuation", "programmatic"]
 """What started a turn."""
@@ -18,12 +20,6 @@ OPEN_TURN_STATUSES: Final = ("accepted", "running")
 
 TURN_KINDS: Final[frozenset[str]] = frozenset(get_args(TurnKind))
 TURN_STATUSES: Final[frozenset[str]] = frozenset(get_args(TurnStatus))
-
-MAIN_BRANCH: Final = "main"
-"""The branch every conversation has from its creation."""
-
-BranchRef: TypeAlias = int | str
-"""A branch of a conversation, named by its id (`int`) or by its name (`str`)."""
 
 MAX_BRANCH_NAME: Final = 200
 """Longest branch name, in characters."""

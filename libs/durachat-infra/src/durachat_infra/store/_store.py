@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 
+from durachat.protocol import MAIN_BRANCH, BranchRef
 from durachat_infra.store import _branches
 from durachat_infra.store._engine import (
     begin_when_free,
@@ -30,9 +31,7 @@ from durachat_infra.store._engine import (
     translate_errors,
 )
 from durachat_infra.store._records import (
-    MAIN_BRANCH,
     BranchRecord,
-    BranchRef,
     Conversation,
     ConversationKey,
     Siblings,

@@ -9,10 +9,11 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
+from durachat.protocol import MAIN_BRANCH, BranchRef
 from durachat_infra.store import _statements as statements
 from durachat_infra.store._branch_writes import BranchWrites
 from durachat_infra.store._record_writes import RecordWrites
-from durachat_infra.store._records import MAIN_BRANCH, BranchRef, message_columns
+from durachat_infra.store._records import message_columns
 from durachat_infra.store._transaction_core import fence
 from durachat_infra.store._types import utcnow
 from durachat_infra.store.errors import StoreError, UnknownBranchError

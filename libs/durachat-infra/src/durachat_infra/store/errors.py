@@ -24,7 +24,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from durachat_infra.store._records import BranchRef, ConversationKey
+    from durachat.protocol import BranchRef
+    from durachat_infra.store._records import ConversationKey
 
 __all__ = [
     "BranchExistsError",

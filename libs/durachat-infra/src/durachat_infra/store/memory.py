@@ -25,6 +25,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+from durachat.protocol import MAIN_BRANCH, BranchRef
 from durachat_infra.store._memory_data import (
     BranchRow,
     ConversationState,
@@ -39,10 +40,8 @@ from durachat_infra.store._memory_data import (
 )
 from durachat_infra.store._memory_transaction import MemoryTransaction
 from durachat_infra.store._records import (
-    MAIN_BRANCH,
     OPEN_TURN_STATUSES,
     BranchRecord,
-    BranchRef,
     Conversation,
     ConversationKey,
     IncidentRecord,

@@ -16,10 +16,9 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from durachat.protocol import MAIN_BRANCH, BranchRef
 from durachat_infra.store._records import (
-    MAIN_BRANCH,
     BranchRecord,
-    BranchRef,
     Conversation,
     ConversationKey,
     IncidentRecord,

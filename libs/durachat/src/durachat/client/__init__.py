@@ -24,14 +24,13 @@ from durachat.client.reply import OUTCOMES, Outcome, Reply, message_text
 from durachat.client.tools import ToolCall, ToolCallHook, WaitingState
 from durachat.client.transcript import edit_transcript, new_message_id
 from durachat.client.urls import (
-    MAIN_BRANCH,
-    BranchRef,
     branch_query,
     fetch_history,
     http_url,
     is_branch,
     socket_url,
 )
+from durachat.protocol import MAIN_BRANCH, BranchRef
 
 __all__ = [
     "MAIN_BRANCH",

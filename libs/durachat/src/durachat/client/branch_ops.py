@@ -6,17 +6,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from durachat.client.connection import Connection
 from durachat.client.correlator import Answer, Correlator, Waiter, WaiterKind
 from durachat.client.errors import ClientError
 from durachat.client.resume import Resumer
 from durachat.client.transcript import Transcript
-from durachat.client.urls import MAIN_BRANCH
 from durachat.messages import new_request_id
-from durachat.protocol import MessageType
+from durachat.protocol import MAIN_BRANCH
+from durachat.protocol.client_frames import (
+    BranchOp,
+    BranchOpFields,
+    branch_op_frame,
+    branch_switch_frame,
+    branches_request_frame,
+)
 from durachat.types import JSONDict
 
 log = logging.getLogger(__name__)
@@ -71,16 +78,14 @@ class BranchOps:
 
     async def list_branches(self, timeout: float) -> JSONDict:
         """Send `durachat_branches` and return the answer (`{"branches", "viewing"}`)."""
-        frame: JSONDict = {"type": MessageType.BRANCHES.value}
-        return await self._request(frame, "list", timeout)
+        return await self._request(branches_request_frame(), "list", timeout)
 
     async def switch(self, branch: str, timeout: float) -> None:
         """Send `durachat_branch_switch` and return once the branch's transcript arrived."""
-        frame: JSONDict = {"type": MessageType.BRANCH_SWITCH.value, "branch": branch}
-        await self._request(frame, "switch", timeout)
+        await self._request(branch_switch_frame(branch), "switch", timeout)
 
     async def operate(
-        self, op: str, fields: JSONDict, timeout: float, *, follow_delete: bool = False
+        self, op: BranchOp, fields: BranchOpFields, timeout: float, *, follow_delete: bool = False
     ) -> JSONDict:
         """Send a `durachat_branch_op` and return the body of its 2xx answer.
 
@@ -95,7 +100,7 @@ class BranchOps:
                 has none); `timeout`; `disconnected`; `closed`.
         """
         op_id = new_request_id()
-        frame: JSONDict = {"type": MessageType.BRANCH_OP.value, "id": op_id, "op": op, **fields}
+        frame = branch_op_frame(op_id, op, fields)
         answer = await self._request(frame, "op", timeout, key=op_id, follow_delete=follow_delete)
         status, body = answer.get("status"), answer.get("body")
         if not isinstance(body, dict):
@@ -111,7 +116,7 @@ class BranchOps:
 
     async def _request(
         self,
-        frame: JSONDict,
+        frame: Mapping[str, Any],
         kind: WaiterKind,
         timeout: float,
         *,
@@ -128,7 +133,9 @@ class BranchOps:
                     if self._current is request:
                         self._current = None
 
-    async def _answer(self, request: _Request, frame: JSONDict, timeout: float) -> JSONDict:
+    async def _answer(
+        self, request: _Request, frame: Mapping[str, Any], timeout: float
+    ) -> JSONDict:
         await self._connection.send(frame)
         answer: JSONDict | None = None
         moved = False

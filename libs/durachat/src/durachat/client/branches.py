@@ -9,7 +9,9 @@ from typing import Final
 from durachat.client.branch_ops import BranchOps
 from durachat.client.errors import ClientError
 from durachat.client.transcript import Transcript
-from durachat.client.urls import MAIN_BRANCH, BranchRef, branch_query, is_branch
+from durachat.client.urls import branch_query, is_branch
+from durachat.protocol import MAIN_BRANCH, BranchRef
+from durachat.protocol.client_frames import BranchOpFields
 from durachat.types import JSONDict
 
 _BRANCH_WAIT: Final = 30.0
@@ -84,7 +86,7 @@ class BranchMethods:
                 `unknown_branch`; `database_unavailable`; `timeout`; `disconnected`; `closed`.
                 `status` is the HTTP status of the server's answer.
         """
-        fields: JSONDict = {"messageId": message_id}
+        fields: BranchOpFields = {"messageId": message_id}
         if branch is not None:
             fields["branch"] = _op_branch(branch)
         body = await self._branch_ops.operate("siblings", fields, timeout)
@@ -124,7 +126,7 @@ class BranchMethods:
                 `unknown_branch`; `unknown_message` if `at` is not on the branch's path;
                 `unavailable`; `timeout`; `disconnected`; `closed`.
         """
-        fields: JSONDict = {"name": name}
+        fields: BranchOpFields = {"name": name}
         if at is not None:
             fields["at"] = at
         if from_branch is not None:
@@ -150,7 +152,7 @@ class BranchMethods:
                 `unknown_branch`; `invalid_branch_name`; `unavailable`; `timeout`;
                 `disconnected`; `closed`.
         """
-        fields: JSONDict = {"branch": _op_branch(branch), "name": name}
+        fields: BranchOpFields = {"branch": _op_branch(branch), "name": name}
         return await self._branch_ops.operate("rename", fields, timeout)
 
     async def delete_branch(self, branch: BranchRef, *, timeout: float = _BRANCH_WAIT) -> int:
@@ -216,7 +218,7 @@ class BranchMethods:
             ClientError: `conversation_exists` if it exists; `unknown_branch`; `unavailable`;
                 `timeout`; `disconnected`; `closed`.
         """
-        fields: JSONDict = {"name": name}
+        fields: BranchOpFields = {"name": name}
         if branch is not None:
             fields["branch"] = _op_branch(branch)
         return await self._branch_ops.operate("fork", fields, timeout)

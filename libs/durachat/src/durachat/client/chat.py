@@ -23,14 +23,13 @@ from durachat.client.tool_answers import ToolAnswers, ToolMethods
 from durachat.client.tools import ToolCallHook
 from durachat.client.transcript import ReplyHook, Transcript, edit_transcript, new_message_id
 from durachat.client.urls import (
-    MAIN_BRANCH,
-    BranchRef,
     branch_query,
     fetch_history,
     http_url,
     is_branch,
     socket_url,
 )
+from durachat.protocol import MAIN_BRANCH, BranchRef
 from durachat.types import UIMessage
 
 __all__ = [  # the helpers were defined here before; they stay importable from this module

@@ -21,7 +21,8 @@ from typing import Any, TextIO, TypeVar
 from durachat.client.chat import ChatClient
 from durachat.client.errors import ClientError
 from durachat.client.reply import Outcome, Reply, message_text
-from durachat.client.urls import MAIN_BRANCH, branch_query, fetch_history, is_branch
+from durachat.client.urls import branch_query, fetch_history, is_branch
+from durachat.protocol import MAIN_BRANCH
 from durachat.types import JSONDict, UIMessage
 
 T = TypeVar("T")

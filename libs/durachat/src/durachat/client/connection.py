@@ -20,7 +20,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus
 
 from durachat.client.errors import ClientError
 from durachat.client.urls import HTTP_TIMEOUT, fetch_history, socket_url
-from durachat.types import JSONDict, UIMessage
+from durachat.types import UIMessage
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,9 @@ class Connection:
             self._base_url, self._agent, self._name, branch=branch, http=self.http
         )
 
-    async def send(self, frame: JSONDict, *, stamp: Callable[[int], object] | None = None) -> None:
+    async def send(
+        self, frame: Mapping[str, Any], *, stamp: Callable[[int], object] | None = None
+    ) -> None:
         """Send on the current socket, waiting through a reconnect.
 
         Args:
@@ -183,7 +185,11 @@ class Connection:
             await self._connected.wait()
 
     async def send_on(
-        self, ws: ClientConnection, frame: JSONDict, *, stamp: Callable[[int], object] | None = None
+        self,
+        ws: ClientConnection,
+        frame: Mapping[str, Any],
+        *,
+        stamp: Callable[[int], object] | None = None,
     ) -> None:
         """Send a frame that only makes sense on the socket `ws` (nothing if it has dropped).
 

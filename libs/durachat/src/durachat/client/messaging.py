@@ -15,7 +15,8 @@ from durachat.client.resume import Resumer
 from durachat.client.tool_answers import ToolAnswers
 from durachat.client.transcript import Transcript, edit_transcript, new_message_id
 from durachat.messages import new_request_id
-from durachat.protocol import MessageType
+from durachat.protocol import chat_clear_frame
+from durachat.protocol.client_frames import chat_request_cancel_frame, chat_request_frame
 from durachat.types import UIMessage
 
 
@@ -158,9 +159,7 @@ class MessageMethods:
                 return None
             request_id = running[-1].request_id
         self._correlator.note_sent(None)
-        await self._connection.send(
-            {"type": MessageType.CHAT_REQUEST_CANCEL.value, "id": request_id}
-        )
+        await self._connection.send(chat_request_cancel_frame(request_id))
         return request_id
 
     async def clear(self) -> None:
@@ -169,7 +168,7 @@ class MessageMethods:
         Running replies end as the server stops them.
         """
         self._correlator.note_sent(None)
-        await self._connection.send({"type": MessageType.CHAT_CLEAR.value})
+        await self._connection.send(chat_clear_frame())
         self._transcript.clear()
 
     async def resume(
@@ -212,11 +211,7 @@ class MessageMethods:
         """Send a chat request with the local transcript; return its reply."""
         request_id = new_request_id()
         payload = {"messages": self._transcript.messages, "trigger": trigger, **(body or {})}
-        frame = {
-            "id": request_id,
-            "init": {"method": "POST", "body": json.dumps(payload)},
-            "type": MessageType.USE_CHAT_REQUEST.value,
-        }
+        frame = chat_request_frame(request_id, json.dumps(payload))
         reply = new_reply(
             request_id,
             observed=False,

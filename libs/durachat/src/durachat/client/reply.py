@@ -8,6 +8,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from durachat.client.errors import ClientError
 from durachat.client.reply_control import OUTCOMES, Outcome, ReplyControl
+from durachat.protocol import MAIN_BRANCH
 from durachat.types import UIChunk, UIMessage
 
 __all__ = ["OUTCOMES", "Outcome", "Reply", "message_text"]
@@ -72,7 +73,7 @@ class Reply:
         observed: bool,
         user_message_id: str | None = None,
         canceller: Callable[[str], Awaitable[object]] | None = None,
-        branch: str = "main",
+        branch: str = MAIN_BRANCH,
     ) -> None:
         """Create a reply (`ChatClient` does).
 
@@ -194,7 +195,7 @@ def new_reply(
     observed: bool,
     user_message_id: str | None = None,
     canceller: Callable[[str], Awaitable[object]] | None = None,
-    branch: str = "main",
+    branch: str = MAIN_BRANCH,
 ) -> ReplyControl:
     """Create a reply and return its control; the client package keeps the control and hands
     out `control.reply`.

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias, get_args
 
 from durachat.client.errors import ClientError
 from durachat.messages import StreamAccumulator
+from durachat.protocol.client_frames import ChatRequestFrame
 from durachat.types import JSONDict, UIChunk, UIMessage
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ class ReplyControl:
         self.chunks: list[UIChunk] = []
         self.accumulator: StreamAccumulator | None = None
         self.finished = asyncio.Event()
-        self.request_frame: JSONDict | None = None
+        self.request_frame: ChatRequestFrame | None = None
         self.stale_ids: frozenset[str] = frozenset()
         self.may_fork = False
         self.follow: asyncio.Future[ReplyControl | None] | None = None

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from functools import partial
-from typing import Final
+from typing import Any, Final
 
 from websockets.asyncio.client import ClientConnection
 
@@ -16,7 +17,10 @@ from durachat.client.errors import ClientError
 from durachat.client.reply_control import ReplyControl
 from durachat.client.transcript import Transcript
 from durachat.messages import new_request_id
-from durachat.protocol import MessageType
+from durachat.protocol.client_frames import (
+    stream_resume_ack_frame,
+    stream_resume_request_frame,
+)
 from durachat.types import JSONDict, UIMessage
 
 log = logging.getLogger(__name__)
@@ -70,7 +74,7 @@ class Resumer:
 
     async def probe(
         self,
-        before: JSONDict | None = None,
+        before: Mapping[str, Any] | None = None,
         *,
         answer_timeout: float = 5.0,
         pending_timeout: float | None = 60.0,
@@ -100,7 +104,7 @@ class Resumer:
                 if before is not None:
                     await self._connection.send(before)
                 await self._connection.send(
-                    {"type": MessageType.STREAM_RESUME_REQUEST.value, "probeId": key},
+                    stream_resume_request_frame(key),
                     stamp=partial(self._probe_sent.__setitem__, key),
                 )
                 wait = answer_timeout
@@ -163,7 +167,7 @@ class Resumer:
         self._acked[reply.request_id] = reply
         await self._connection.send_on(
             ws,
-            {"type": MessageType.STREAM_RESUME_ACK.value, "id": reply.request_id},
+            stream_resume_ack_frame(reply.request_id),
             stamp=partial(self._ack_at.__setitem__, reply.request_id),
         )
 
@@ -198,7 +202,7 @@ class Resumer:
                 straggler.begin_replay(recovering=True)
                 self._acked[straggler.request_id] = straggler
                 await self._connection.send(
-                    {"type": MessageType.STREAM_RESUME_ACK.value, "id": straggler.request_id},
+                    stream_resume_ack_frame(straggler.request_id),
                     stamp=partial(self._ack_at.__setitem__, straggler.request_id),
                 )
         except ClientError as exc:

@@ -23,7 +23,10 @@ from durachat.client.tools import (
     will_continue,
 )
 from durachat.client.transcript import Transcript
-from durachat.protocol import MessageType
+from durachat.protocol.client_frames import (
+    tool_approval_frame,
+    tool_result_frame,
+)
 from durachat.tools import apply_tool_approval, apply_tool_result
 from durachat.types import JSONDict
 
@@ -86,8 +89,13 @@ class ToolAnswers:
         client_tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> ReplyControl | None:
         """Answer a client tool call with its output; see `ChatClient.add_tool_output`."""
-        frame = self._result_frame(tool_call_id, tool_name, client_tools)
-        frame.update(output=output, autoContinue=auto_continue)
+        frame = tool_result_frame(
+            tool_call_id,
+            output,
+            tool_name=self._tool_name(tool_call_id, tool_name),
+            client_tools=[dict(t) for t in client_tools or ()],
+            auto_continue=auto_continue,
+        )
         expected = self._apply_locally(
             tool_call_id, lambda part: apply_tool_result(part, output=output)
         )
@@ -102,8 +110,14 @@ class ToolAnswers:
         client_tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         """Report that a client tool failed; see `ChatClient.add_tool_error`."""
-        frame = self._result_frame(tool_call_id, tool_name, client_tools)
-        frame.update(output=None, state="output-error", errorText=error_text, autoContinue=False)
+        frame = tool_result_frame(
+            tool_call_id,
+            None,
+            tool_name=self._tool_name(tool_call_id, tool_name),
+            client_tools=[dict(t) for t in client_tools or ()],
+            error_text=error_text,
+            auto_continue=False,
+        )
         self._apply_locally(
             tool_call_id,
             lambda part: apply_tool_result(part, state="output-error", error_text=error_text),
@@ -114,12 +128,7 @@ class ToolAnswers:
         self, tool_call_id: str, approved: bool, *, auto_continue: bool = True
     ) -> ReplyControl | None:
         """Answer an approval request; see `ChatClient.approve_tool`."""
-        frame: JSONDict = {
-            "type": MessageType.TOOL_APPROVAL.value,
-            "toolCallId": tool_call_id,
-            "approved": approved,
-            "autoContinue": auto_continue,
-        }
+        frame = tool_approval_frame(tool_call_id, approved, auto_continue=auto_continue)
         expected = self._apply_locally(
             tool_call_id, lambda part: apply_tool_approval(part, approved)
         )
@@ -142,21 +151,12 @@ class ToolAnswers:
         self._continuations += 1
         self._last_continuation = reply
 
-    def _result_frame(
-        self,
-        tool_call_id: str,
-        tool_name: str | None,
-        client_tools: Sequence[Mapping[str, Any]] | None,
-    ) -> JSONDict:
+    def _tool_name(self, tool_call_id: str, tool_name: str | None) -> str | None:
+        """The tool name a result names: the one given, else the pending call's."""
         if tool_name is None:
             call = next((c for c in self.pending() if c.tool_call_id == tool_call_id), None)
             tool_name = call.tool_name if call is not None else None
-        frame: JSONDict = {"type": MessageType.TOOL_RESULT.value, "toolCallId": tool_call_id}
-        if tool_name is not None:
-            frame["toolName"] = tool_name
-        if client_tools:
-            frame["clientTools"] = [dict(t) for t in client_tools]
-        return frame
+        return tool_name
 
     def _apply_locally(
         self, tool_call_id: str, change: Callable[[JSONDict], JSONDict | None]
@@ -173,7 +173,7 @@ class ToolAnswers:
             self._transcript.set_messages(replace_part(messages, where, updated))
         return will_continue(self._transcript.messages[index])
 
-    async def _answer(self, frame: JSONDict, *, expected: bool) -> ReplyControl | None:
+    async def _answer(self, frame: Mapping[str, Any], *, expected: bool) -> ReplyControl | None:
         """Send a tool answer and return the continuation it starts, if it starts one."""
         seen = self._continuations
         if not expected:

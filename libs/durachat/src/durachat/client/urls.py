@@ -10,16 +10,11 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import httpx
 
 from durachat.client.errors import ClientError
+from durachat.protocol import MAIN_BRANCH, BranchRef
 from durachat.types import UIMessage
 
 HTTP_TIMEOUT: Final = 30.0
 """The timeout of the client's HTTP requests, in seconds."""
-
-MAIN_BRANCH: Final = "main"
-"""The branch every conversation has, viewed when none is named."""
-
-BranchRef = str | int
-"""A branch: its id (an int, or a string of digits) or its name."""
 
 
 def socket_url(

@@ -1,4 +1,5 @@
-"""Accumulating one assistant message from a UI message stream (PROTOCOL §6.2).
+"""Accumulating one assistant message from a UI message stream
+(docs/protocol.md#what-the-server-does-to-a-replys-chunks).
 
 Used to follow a stream someone else produces (an observer, a replay) and to rebuild an
 interrupted turn from its stored chunks.

@@ -1,4 +1,5 @@
-"""Building the parts of a UIMessage from UI message stream chunks (PROTOCOL §6.1).
+"""Building the parts of a UIMessage from UI message stream chunks
+(docs/protocol.md#how-chunks-become-parts).
 
 The same rules serve the server's reply loop, the observer accumulator and the rebuild of an
 interrupted turn from stored chunks, so the three always agree on what a stream produced.

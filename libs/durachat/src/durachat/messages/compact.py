@@ -1,4 +1,4 @@
-"""Keeping a stored message within the database's row size (PROTOCOL §7.5).
+"""Keeping a stored message within the database's row size (docs/agents.md#storage).
 
 A message is stored as one JSON row. A message over the limit would fail to save, so before it
 is written its largest, least valuable content is shrunk: first big tool outputs (keeping their

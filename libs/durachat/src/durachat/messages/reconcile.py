@@ -1,4 +1,5 @@
-"""Aligning a client's transcript with the server's before it is persisted (PROTOCOL §7.2).
+"""Aligning a client's transcript with the server's before it is persisted
+(docs/architecture.md#storage).
 
 Clients send their whole transcript, which can lag behind the server (a tool result the server
 applied, an assistant message the client built under its own id). Reconciliation keeps the

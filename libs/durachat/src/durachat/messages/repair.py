@@ -1,4 +1,4 @@
-"""Repairing interrupted tool calls before a turn (PROTOCOL §9.8).
+"""Repairing interrupted tool calls before a turn (docs/agents.md#storage).
 
 A stream cut off mid-turn can leave a tool part that will never get its result: its server
 `execute()` died with the process. Providers reject a transcript with a tool call and no result,

@@ -1,4 +1,5 @@
-"""The server's per-chunk handling of a model reply before it is stored and sent (PROTOCOL §6.3).
+"""The server's per-chunk handling of a model reply before it is stored and sent
+(docs/protocol.md#what-the-server-does-to-a-replys-chunks).
 
 For every chunk the model produces, `ReplyAssembler.process` decides what goes on the wire
 (possibly rewritten, possibly nothing) and updates the server's copy of the assistant message,

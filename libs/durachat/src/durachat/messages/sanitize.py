@@ -1,4 +1,4 @@
-"""Persistence hygiene for messages (PROTOCOL §7.4, built-in rules 1-3)."""
+"""Persistence hygiene for messages (docs/agents.md#storage)."""
 
 from __future__ import annotations
 

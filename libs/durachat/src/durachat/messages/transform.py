@@ -1,4 +1,5 @@
-"""Validating and normalising messages from clients and storage (PROTOCOL §7.6)."""
+"""Validating and normalising messages from clients and storage
+(docs/protocol.md#messages-from-clients)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,19 @@
-"""Wire frame types of the chat protocol (all frames are JSON text)."""
+"""Wire frame types of the chat protocol, the frames both sides send, and their JSON encoding.
+
+Every frame is a JSON object sent as WebSocket text. Frames are plain dicts, typed with
+`TypedDict`s and built by the constructors here (server to client in
+`durachat.protocol.server_frames`, client to server in `durachat.protocol.client_frames`): a
+constructor fixes a frame's fields and their order, so the bytes on the wire do not depend on
+who builds it. docs/protocol.md describes every frame.
+"""
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
+from typing import Any, Final, Literal, TypedDict
+
+from durachat.types import UIMessage
 
 
 class MessageType(StrEnum):
@@ -29,3 +40,37 @@ class MessageType(StrEnum):
     BRANCH_SWITCH = "durachat_branch_switch"  # C→S
     BRANCH_SWITCHED = "durachat_branch_switched"  # S→C
     BRANCH_OP = "durachat_branch_op"  # C→S a branch read or write, S→C its answer
+
+
+_encode: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def encode_json(value: Any) -> str:
+    """A frame (or a chunk carried in one) as the JSON text the server sends: no spaces,
+    non-ASCII characters as they are. One encoder serves every call (cheaper than
+    `json.dumps` with options, which builds one per call)."""
+    return _encode(value)
+
+
+class ChatMessagesFrame(TypedDict):
+    """`cf_agent_chat_messages`: a whole transcript. S→C a broadcast the client replaces its
+    messages with; C→S a client's own list, stored and passed on to the other connections."""
+
+    type: Literal[MessageType.CHAT_MESSAGES]
+    messages: list[UIMessage]
+
+
+class ChatClearFrame(TypedDict):
+    """`cf_agent_chat_clear`: C→S clear the conversation; S→C it was cleared."""
+
+    type: Literal[MessageType.CHAT_CLEAR]
+
+
+def chat_messages_frame(messages: list[UIMessage]) -> ChatMessagesFrame:
+    """`{"type":"cf_agent_chat_messages","messages":[…]}`."""
+    return {"type": MessageType.CHAT_MESSAGES, "messages": messages}
+
+
+def chat_clear_frame() -> ChatClearFrame:
+    """`{"type":"cf_agent_chat_clear"}`."""
+    return {"type": MessageType.CHAT_CLEAR}

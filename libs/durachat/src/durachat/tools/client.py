@@ -1,9 +1,10 @@
 """Client tools declared by the browser (`clientTools` in a chat request or a tool result).
 
-Each entry is `{name, description?, parameters?: JSONSchema}` (PROTOCOL §3.1, §8.4). They become
-execute-less `Tool`s: the model may call them and the client answers with `cf_agent_tool_result`.
-Entries are wire data, so a bad one is skipped (with its reason reported) instead of failing the
-turn: a single invalid function definition would make the provider reject the whole model call.
+Each entry is `{name, description?, parameters?: JSONSchema}`
+(docs/agents.md#dynamic-client-tools). They become execute-less `Tool`s: the model may call them
+and the client answers with `cf_agent_tool_result`. Entries are wire data, so a bad one is
+skipped (with its reason reported) instead of failing the turn: a single invalid function
+definition would make the provider reject the whole model call.
 """
 
 from __future__ import annotations

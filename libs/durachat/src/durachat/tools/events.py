@@ -1,4 +1,5 @@
-"""Tool execution events and the UI message stream chunks they become (PROTOCOL §5.1).
+"""Tool execution events and the UI message stream chunks they become
+(docs/protocol.md#how-chunks-become-parts).
 
 `run_tool` yields `ToolEvent`s; `ToolEvent.to_chunk()` is exactly the chunk to stream, and
 applying it with `durachat.messages.apply_chunk_to_parts` moves the tool part to its new state.

@@ -1,4 +1,5 @@
-"""Is a conversation waiting on its client? (PROTOCOL §8.3, §8.5)."""
+"""Is a conversation waiting on its client? What continuations (docs/agents.md#continuations),
+`Agent.has_pending_interaction` and recovery (docs/recovery.md#budgets) ask."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tool part state transitions driven by the client (PROTOCOL §3.6, §3.7).
+"""Tool part state transitions driven by the client (docs/protocol.md#client--server-frames).
 
 Pure functions: each takes a tool part and returns the updated part as a new dict, or None when
 the update does not apply, in which case nothing is to be written or broadcast. The part comes

@@ -11,7 +11,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from durachat.observability import EventType
-from durachat.protocol import MessageType
+from durachat.protocol import MAIN_BRANCH, MessageType, chat_messages_frame
+from durachat.protocol.server_frames import error_frame, rejected_request_frame
 from durachat.types import JSONDict, UIMessage
 from durachat_infra.eventlog import only
 from durachat_infra.store import FencedTransaction, Store
@@ -89,21 +90,8 @@ class Admission:
         emit = self._ctx.emit
         request_id = frame.get("id")
         if frame.get("type") == MessageType.USE_CHAT_REQUEST.value and isinstance(request_id, str):
-            emit.to(
-                connection_id,
-                {
-                    "type": MessageType.USE_CHAT_RESPONSE.value,
-                    "id": request_id,
-                    "body": exc.message,
-                    "done": True,
-                    "error": True,
-                    "outcome": "error",
-                },
-            )
-        emit.to(
-            connection_id,
-            {"type": MessageType.ERROR.value, "code": exc.code, "message": exc.message},
-        )
+            emit.to(connection_id, rejected_request_frame(request_id, exc.message))
+        emit.to(connection_id, error_frame(exc.code, exc.message))
 
     async def _accept(self, requester: str, request: ChatRequest, frame: JSONDict) -> None:
         ctx, state = self._ctx, self._state
@@ -198,7 +186,7 @@ class Admission:
         start = self._merge_from if self._merge_from is not None else len(messages)
         run = messages[start:]
         if len(run) < 2 or any(m.get("role") != "user" for m in run):
-            return Change("main")
+            return Change(MAIN_BRANCH)
         return self._ctx.transcript.replace_tail(len(run), merge_user_messages(run))
 
     def _drop(self, requester: str, request: ChatRequest) -> None:
@@ -208,7 +196,7 @@ class Admission:
         if self._state.inflight is not None:
             rollback.append(copy.deepcopy(self._state.inflight))
         emit = self._ctx.emit
-        emit.to(requester, {"type": MessageType.CHAT_MESSAGES.value, "messages": rollback})
+        emit.to(requester, chat_messages_frame(rollback))
         emit.terminal(
             request.request_id,
             outcome="skipped",

@@ -20,6 +20,7 @@ from typing import cast
 from durachat.agent import Turn, TurnResult, TurnStatusName
 from durachat.messages import ReplyAssembler, new_assistant_id, repair_transcript
 from durachat.models import ModelError
+from durachat.protocol import MAIN_BRANCH
 from durachat.tools import ToolLedger
 from durachat.types import JSONDict, UIChunk, UIMessage
 from durachat_infra.store import TurnStatus
@@ -133,7 +134,7 @@ class TurnRunner:
         repaired, changed = repair_transcript(self._transcript.messages, client_tool_names=waiting)
         if not changed:
             return
-        change = Change("main")
+        change = Change(MAIN_BRANCH)
         for index in changed:
             change.ops.extend(self._transcript.put_reply(repaired[index], anchor=None).ops)
         self._writes.behind(change.apply)
@@ -260,7 +261,7 @@ class TurnRunner:
         # is where every client (and the reference) shows it, live and after a reload.
         change = self._transcript.put_reply(reply, anchor=None) if stored else None
         limit = self._agent.max_persisted_messages
-        trimmed = self._transcript.trim(limit) if limit else Change("main")
+        trimmed = self._transcript.trim(limit) if limit else Change(MAIN_BRANCH)
         outcome, error = ending.outcome, ending.error
 
         async def settle(tx: TurnTransaction) -> None:

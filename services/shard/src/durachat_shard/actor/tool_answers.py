@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Callable
 
 from durachat.observability import EventType
-from durachat.protocol import MessageType
+from durachat.protocol.server_frames import message_updated_frame
 from durachat.tools import apply_tool_approval, apply_tool_result
 from durachat.types import JSONDict
 from durachat_shard.actor.context import ActorContext
@@ -92,7 +92,7 @@ class ToolAnswers:
         new_message = {**message, "parts": parts}
         ctx.writes.behind(ctx.transcript.put_reply(new_message, anchor=None).apply)
         ctx.sync_agent()
-        ctx.emit.frame({"type": MessageType.MESSAGE_UPDATED.value, "message": new_message})
+        ctx.emit.frame(message_updated_frame(new_message))
 
     def _find_tool_part(self, call_id: str) -> tuple[JSONDict, int] | None:
         for message in reversed(self._ctx.transcript.messages):
