@@ -130,20 +130,25 @@ async def _exercise(cluster: ManifestCluster, base: str, *, admin_key: str) -> N
     for running in cluster.running:
         if running.spec.kind not in ("redis", "migrate"):
             assert cluster.ready(running), running.spec.name
-    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+    # The admin key on the cluster's own routes too, in case they come to require it.
+    admin = {"Authorization": f"Bearer {admin_key}"}
+    async with httpx.AsyncClient(base_url=base, timeout=10, headers=admin) as http:
         shards = (await http.get("/v1/cluster")).json()["shards"]
         assert len(shards) == len(cluster.of("shard"))
-        headers = await _credentials(http, admin_key)
+        headers, tenant = await _credentials(http, admin_key)
     await _chat(base, headers)
-    await _drain_keeps_the_streaming_reply(cluster, base, headers)
+    await _drain_keeps_the_streaming_reply(cluster, base, headers, admin, tenant)
 
 
-async def _credentials(http: httpx.AsyncClient, admin_key: str) -> dict[str, str]:
-    """What a client presents: a tenant's key when the gateway has the tenant admin API (it
-    then enforces authentication), nothing while it does not (open mode)."""
+async def _credentials(
+    http: httpx.AsyncClient, admin_key: str
+) -> tuple[dict[str, str], str | None]:
+    """What a client presents, and its tenant: a new tenant's key when the gateway has the
+    tenant admin API (it then enforces authentication), nothing while it does not (open mode,
+    the default tenant)."""
     paths = (await http.get("/openapi.json")).json().get("paths", {})
     if "/v1/admin/tenants" not in paths:
-        return {}
+        return {}, None
     created = await http.post(
         "/v1/admin/tenants",
         json={"name": f"deploy-{uuid.uuid4().hex[:8]}"},
@@ -152,7 +157,8 @@ async def _credentials(http: httpx.AsyncClient, admin_key: str) -> dict[str, str
     assert created.status_code in (200, 201), created.text
     body = created.json()
     key = next(body[k] for k in ("api_key", "key", "token") if k in body)
-    return {"Authorization": f"Bearer {key}"}
+    tenant = next((str(body[k]) for k in ("id", "tenant", "name") if k in body), None)
+    return {"Authorization": f"Bearer {key}"}, tenant
 
 
 async def _chat(base: str, headers: dict[str, str]) -> None:
@@ -169,7 +175,11 @@ async def _chat(base: str, headers: dict[str, str]) -> None:
 
 
 async def _drain_keeps_the_streaming_reply(
-    cluster: ManifestCluster, base: str, headers: dict[str, str]
+    cluster: ManifestCluster,
+    base: str,
+    headers: dict[str, str],
+    admin: dict[str, str],
+    tenant: str | None,
 ) -> None:
     name = f"drain-{uuid.uuid4().hex[:8]}"
     async with ChatClient.connect(base, AGENT, name, headers=headers or None) as client:
@@ -177,7 +187,7 @@ async def _drain_keeps_the_streaming_reply(
         chunks = aiter(reply)
         while not any(c.get("type") == "text-delta" for c in reply.chunks):
             await asyncio.wait_for(anext(chunks), 20)
-        owner = await _owner(cluster, base, name)
+        owner = await _owner(cluster, base, name, admin, tenant)
         took = asyncio.create_task(cluster.terminate(owner))
         async with asyncio.timeout(60):
             async for _ in chunks:
@@ -188,8 +198,11 @@ async def _drain_keeps_the_streaming_reply(
         assert await took <= (owner.spec.grace or 0)
 
 
-async def _owner(cluster: ManifestCluster, base: str, name: str) -> Running:
-    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
-        found = await http.get("/v1/cluster/owner", params={"agent": AGENT, "name": name})
+async def _owner(
+    cluster: ManifestCluster, base: str, name: str, admin: dict[str, str], tenant: str | None
+) -> Running:
+    params = {"agent": AGENT, "name": name, **({"tenant": tenant} if tenant else {})}
+    async with httpx.AsyncClient(base_url=base, timeout=10, headers=admin) as http:
+        found = await http.get("/v1/cluster/owner", params=params)
     pid = found.json()["pid"]
     return next(r for r in cluster.of("shard") if r.popen.pid == pid)
