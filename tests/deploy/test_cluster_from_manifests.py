@@ -34,7 +34,7 @@ from support.deploy_manifests import (
 )
 from support.postgres import PostgresServer
 
-pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.timeout(360)]
 
 AGENT = "chat-agent"
 SLOW_TEXT = "".join(f"s{i:02d} " for i in range(50))
@@ -98,7 +98,7 @@ class _Started:
         cluster = ManifestCluster(self.specs, self.tmp, self.postgres, database, self.mounts)
         self.cluster = cluster
         try:
-            await asyncio.to_thread(cluster.start, 180.0)
+            await asyncio.to_thread(cluster.start, 240.0)
         except BaseException:
             await asyncio.to_thread(cluster.stop)
             raise
@@ -129,7 +129,7 @@ async def _exercise(cluster: ManifestCluster, base: str, *, admin_key: str) -> N
     assert admin_key, "auth must be on: the manifest sets no admin key"
     for running in cluster.running:
         if running.spec.kind not in ("redis", "migrate"):
-            assert cluster.ready(running), running.spec.name
+            assert cluster.healthcheck_passes(running), running.spec.name
     # The admin key on the cluster's own routes too, in case they come to require it.
     admin = {"Authorization": f"Bearer {admin_key}"}
     async with httpx.AsyncClient(base_url=base, timeout=10, headers=admin) as http:

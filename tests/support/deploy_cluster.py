@@ -103,20 +103,22 @@ class ManifestCluster:
         return [r for r in self.running if r.spec.kind == kind and r.popen.poll() is None]
 
     def ready(self, running: Running) -> bool:
-        """Whether the process's probe passes now: the compose healthcheck's command when it
-        runs here (`python -m durachat_infra.probe URL`), else an HTTP GET of the probe URL."""
-        command = running.spec.probe_command
-        if command and command[0] == "python":
-            argv = [sys.executable, *(running.url(a) for a in command[1:])]
-            return (
-                subprocess.run(argv, capture_output=True, timeout=10, check=False).returncode == 0
-            )
+        """Whether the process's readiness URL answers 2xx now."""
         assert running.spec.probe is not None
         try:
             with urllib.request.urlopen(running.url(running.spec.probe), timeout=3) as response:
                 return 200 <= int(response.status) < 300
         except (urllib.error.URLError, OSError):
             return False
+
+    def healthcheck_passes(self, running: Running) -> bool:
+        """Whether the compose healthcheck's own command (`python -m durachat_infra.probe URL`)
+        exits 0; other processes' probes are plain HTTP GETs (`ready`)."""
+        command = running.spec.probe_command
+        if not command or command[0] != "python":
+            return self.ready(running)
+        argv = [sys.executable, *(running.url(a) for a in command[1:])]
+        return subprocess.run(argv, capture_output=True, timeout=10, check=False).returncode == 0
 
     def wait_ready(self, running: Running, deadline: float) -> None:
         """Poll the process's probe until it passes."""
@@ -125,7 +127,7 @@ class ManifestCluster:
                 raise RuntimeError(f"{running.spec.name} exited:\n{self.tail(running)}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{running.spec.name} not ready:\n{self.tail(running)}")
-            time.sleep(0.2)
+            time.sleep(0.5)
 
     def stop(self) -> None:
         """SIGTERM every process (Redis last), then SIGKILL what outlives its grace period."""
