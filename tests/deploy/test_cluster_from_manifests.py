@@ -33,6 +33,7 @@ from support.deploy_manifests import (
     render_chart,
 )
 from support.postgres import PostgresServer
+from support.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.timeout(360)]
 
@@ -189,6 +190,12 @@ async def _drain_keeps_the_streaming_reply(
             await asyncio.wait_for(anext(chunks), 20)
         owner = await _owner(cluster, base, name, admin, tenant)
         took = asyncio.create_task(cluster.terminate(owner))
+
+        # Draining: the shard answers 503 on /readyz while it finishes the reply.
+        async def draining() -> bool:
+            return await asyncio.to_thread(cluster.probe_status, owner) == 503
+
+        await eventually(draining, timeout=10, interval=0.1)
         async with asyncio.timeout(60):
             async for _ in chunks:
                 pass

@@ -104,12 +104,19 @@ class ManifestCluster:
 
     def ready(self, running: Running) -> bool:
         """Whether the process's readiness URL answers 2xx now."""
+        status = self.probe_status(running)
+        return status is not None and 200 <= status < 300
+
+    def probe_status(self, running: Running) -> int | None:
+        """The HTTP status of the process's readiness URL now (None: no answer)."""
         assert running.spec.probe is not None
         try:
             with urllib.request.urlopen(running.url(running.spec.probe), timeout=3) as response:
-                return 200 <= int(response.status) < 300
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
         except (urllib.error.URLError, OSError):
-            return False
+            return None
 
     def healthcheck_passes(self, running: Running) -> bool:
         """Whether the compose healthcheck's own command (`python -m durachat_infra.probe URL`)
