@@ -4,6 +4,7 @@ expects (probes, security contexts, drain time, network policy, secrets, hooks).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import helm_python
@@ -13,6 +14,7 @@ import yaml
 
 from support.deploy_manifests import (
     CHART,
+    ROOT,
     chart_objects,
     chart_processes,
     render_chart,
@@ -42,7 +44,10 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "className": "nginx",
             "tls": [{"hosts": ["chat.example.com"], "secretName": "chat-tls"}],
         },
-        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+        "metrics": {
+            "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+            "grafanaDashboard": {"enabled": True},
+        },
         "networkPolicy": {
             "metricsFrom": [
                 {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mon"}}}
@@ -222,6 +227,15 @@ def test_the_ingress_keeps_websockets_open() -> None:
     backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
     assert backend["name"].endswith("-gateway")
     assert len(_of(objects, "ServiceMonitor")) == 3
+    dashboard = _named(objects, "ConfigMap", "-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shared = ROOT / "deploy" / "grafana" / "dashboards" / "durachat.json"
+    assert json.loads(dashboard["data"]["durachat.json"]) == json.loads(shared.read_text())
+
+
+def test_the_chart_ships_the_same_dashboard_as_deploy() -> None:
+    shared = ROOT / "deploy" / "grafana" / "dashboards" / "durachat.json"
+    assert (CHART / "dashboards" / "durachat.json").read_text() == shared.read_text()
 
 
 @pytest.mark.parametrize(
@@ -243,7 +257,7 @@ def test_mistakes_are_refused_with_a_reason(values: dict[str, Any], message: str
         render_chart(values)
 
 
-WHOLE = ("resources", "podSecurityContext", "securityContext")
+WHOLE = ("resources", "podSecurityContext", "securityContext", "labels")
 
 
 def _leaves(values: dict[str, Any], prefix: str = "") -> list[str]:
