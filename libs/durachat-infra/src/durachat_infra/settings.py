@@ -61,7 +61,9 @@ class ShardSettings(CommonSettings, ClusterTiming):
     binding 0.0.0.0, e.g. to the pod IP)."""
 
     port: int = Field(default=0, validation_alias="DURACHAT_SHARD_PORT")
-    """Port of the internal API; 0 picks a free one and registers it."""
+    """Port of the internal API (also its `/healthz`, `/readyz` and `/metrics`); 0 picks a free
+    one and registers it. Containers set a fixed one (8081 in the chart and the compose file) so
+    probes and network policies can name it."""
 
     agents: str = "durachat.demo"
     """Comma-separated import paths of modules (or `module:Class`) defining agents."""
@@ -131,6 +133,13 @@ class JobsSettings(CommonSettings):
 
     retention_interval: int = 60
     """Seconds between retention sweeps (1-3600)."""
+
+    health_host: str = Field(default="127.0.0.1", validation_alias="DURACHAT_JOBS_HOST")
+    """Address the worker's health and metrics listener binds to."""
+
+    health_port: int | None = Field(default=None, validation_alias="DURACHAT_JOBS_PORT")
+    """Port of the worker's `/healthz`, `/readyz` and `/metrics` listener; unset: no listener
+    (0 picks a free one)."""
 
 
 def process_env(**overrides: str) -> dict[str, str]:

@@ -33,6 +33,7 @@ from durachat_gateway.branches_api import (
 from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import ClientConnection
 from durachat_gateway.forwarder import Forwarder, ForwardError
+from durachat_gateway.readiness import readiness_router
 from durachat_infra.cluster import ClusterView
 from durachat_infra.eventlog import LogReader
 from durachat_infra.keys import ClusterKeys, conversation_tag
@@ -124,6 +125,8 @@ def build_app(settings: GatewaySettings) -> FastAPI:
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
         return {"ok": True, "gateway": settings.gateway_id}
+
+    app.include_router(readiness_router(rt))
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -10,11 +10,13 @@ from arq.worker import Worker
 from redis.asyncio import Redis
 
 from durachat_infra.cluster import ClusterView
+from durachat_infra.health import Check, database_check, redis_check, run_checks
 from durachat_infra.jobs.arq_adapter import JOB_DESERIALIZER, JOB_SERIALIZER, arq_redis_settings
 from durachat_infra.keys import ClusterKeys
 from durachat_infra.settings import ClusterTiming, JobsSettings
 from durachat_infra.store import Store, migrate
 from durachat_jobs.deps import JobDeps
+from durachat_jobs.health import HealthServer
 from durachat_jobs.membership import sweep_membership
 from durachat_jobs.recovery import recover_orphans
 from durachat_jobs.retention import close_abandoned_streams, sweep_incidents, trim_logs
@@ -35,6 +37,11 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
     """An arq worker with durachat's jobs and schedules."""
 
     async def startup(ctx: dict[str, Any]) -> None:
+        if settings.health_port is not None:
+            # Before the migration, so liveness probes are answered while it runs.
+            health = HealthServer(settings.health_host, settings.health_port, lambda: _ready(ctx))
+            await health.start()
+            ctx["health"] = health
         await migrate(settings.database_url)
         redis = Redis.from_url(settings.redis_url, decode_responses=True)
         keys = ClusterKeys(settings.key_prefix)
@@ -54,6 +61,8 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
         )
 
     async def shutdown(ctx: dict[str, Any]) -> None:
+        if "health" in ctx:
+            await ctx["health"].stop()
         deps: JobDeps = ctx["durachat"]
         if deps.view is not None:
             await deps.view.stop()
@@ -99,3 +108,23 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
         handle_signals=True,
         poll_delay=0.1,
     )
+
+
+async def _ready(ctx: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Readiness of the worker: started (migrated), its queue connection, Redis and the
+    database answer."""
+    deps: JobDeps | None = ctx.get("durachat")
+    if deps is None or deps.store is None:
+        return await run_checks([_starting])
+    store = deps.store
+    return await run_checks(
+        [
+            lambda: redis_check(ctx["redis"], "queue"),
+            lambda: redis_check(deps.redis),
+            lambda: database_check(store.engine),
+        ]
+    )
+
+
+async def _starting() -> Check:
+    return Check("started", False, "starting up (migrating the database)")

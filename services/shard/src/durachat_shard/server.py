@@ -23,6 +23,7 @@ from durachat_infra.settings import ShardSettings
 from durachat_infra.store import Store, migrate
 from durachat_infra.telemetry import configure_telemetry
 from durachat_shard.api import build_api
+from durachat_shard.health import health_router
 from durachat_shard.hosting import Conversations
 
 log = logging.getLogger(__name__)
@@ -79,8 +80,10 @@ async def serve(settings: ShardSettings) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
     host, port = sock.getsockname()[:2]
+    api = build_api(conversations, settings.shard_id, writer)
+    api.include_router(health_router(redis, store, cluster_keys, settings.shard_id))
     config = uvicorn.Config(
-        build_api(conversations, settings.shard_id, writer),
+        api,
         log_level="warning",
         access_log=False,
         lifespan="off",
