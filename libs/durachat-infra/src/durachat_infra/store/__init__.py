@@ -26,6 +26,7 @@ from durachat_infra.store._records import (
     ConversationKey,
     IncidentRecord,
     OpenTurn,
+    ShownOn,
     Siblings,
     StoredMessage,
     ToolCallRecord,
@@ -38,6 +39,7 @@ from durachat_infra.store._records import (
 from durachat_infra.store._store import Store
 from durachat_infra.store._transaction import FencedTransaction
 from durachat_infra.store.errors import (
+    AmbiguousMessageError,
     BranchExistsError,
     ConversationExistsError,
     DatabaseUnavailableError,
@@ -54,6 +56,7 @@ __all__ = [
     "MAIN_BRANCH",
     "MAX_BRANCH_NAME",
     "OPEN_TURN_STATUSES",
+    "AmbiguousMessageError",
     "BranchExistsError",
     "BranchRecord",
     "BranchRef",
@@ -66,6 +69,7 @@ __all__ = [
     "IncidentRecord",
     "MainBranchError",
     "OpenTurn",
+    "ShownOn",
     "Siblings",
     "Store",
     "StoreError",
