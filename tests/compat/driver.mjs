@@ -34,6 +34,8 @@ import { WebSocketChatTransport } from "agents/chat/transport";
 import { STREAM_RESUME_NONE_REASONS, broadcastTransition as transition } from "agents/chat";
 import WebSocket from "ws";
 
+import { aisdkScenarios } from "./aisdk.mjs";
+
 /**
  * `ws` with a browser's event delivery. By default a `ws` client emits every message of one TCP read
  * synchronously, back to back; a browser dispatches each WebSocket message as its own task, so the
@@ -2625,6 +2627,26 @@ const scenarios = {
     await dropScenario(ctx, observed);
   },
 };
+
+// The AI SDK's own HTTP transport (DefaultChatTransport + AbstractChat): aisdk.mjs.
+Object.assign(
+  scenarios,
+  aisdkScenarios({
+    Chat,
+    check,
+    until,
+    withTimeout,
+    textOf,
+    summary,
+    getMessages,
+    mounted,
+    sleep,
+    SLOW_TEXT,
+    LOCATION,
+    PAID_BOB,
+    frameLog,
+  }),
+);
 
 /** The agent a scenario talks to when none is given: the demo agent, or the test agent it needs. */
 const SCENARIO_AGENTS = {

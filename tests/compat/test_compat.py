@@ -60,6 +60,12 @@ SCENARIOS = [
     # regenerate, a stop then regenerate each fork a branch the tab is moved to; the stopped
     # partial stays behind; a reload naming the branch shows it; main and its tab never change.
     "branch-edit",
+    # The AI SDK's own useChat transport (DefaultChatTransport over HTTP + SSE, aisdk.mjs): a
+    # chat a WebSocket tab sees live, regenerate, edit and a branch; a dropped response resumed
+    # from the start after a reload, an explicit stop; client tools and approvals.
+    "aisdk-chat",
+    "aisdk-resume",
+    "aisdk-tools",
 ]
 TWO_GATEWAYS = {
     "resume-reload",
@@ -70,6 +76,8 @@ TWO_GATEWAYS = {
     "data-parts",
     "branch-view",
     "branch-edit",
+    "aisdk-chat",
+    "aisdk-resume",
 }
 """Scenarios whose second client connects through the second gateway."""
 AGENTS = {

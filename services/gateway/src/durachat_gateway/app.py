@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from starlette.websockets import WebSocketDisconnect
 
 from durachat.protocol import MessageType
+from durachat_gateway.aisdk import aisdk_router
 from durachat_gateway.branch_frames import BRANCH_FRAMES, branch_frame, resolve_branch
 from durachat_gateway.branch_writes import branch_write_router
 from durachat_gateway.branches_api import (
@@ -115,6 +116,10 @@ def build_app(settings: GatewaySettings) -> FastAPI:
     # The branch read API (before the `/agents/{path}` catch-all below).
     app.include_router(branch_router(rt, settings.tenant))
     app.include_router(branch_write_router(rt, settings.tenant))
+    # The AI SDK's HTTP chat transport (useChat); token checks hook in as `authorize`.
+    app.include_router(
+        aisdk_router(rt, settings.tenant, send_queue_limit=settings.send_queue_limit)
+    )
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
