@@ -29,6 +29,7 @@ from durachat_gateway.branches_api import (
 from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import ClientConnection
 from durachat_gateway.forwarder import Forwarder, ForwardError
+from durachat_gateway.playground import mount_playground
 from durachat_infra.cluster import ClusterView
 from durachat_infra.eventlog import LogReader
 from durachat_infra.keys import ClusterKeys, conversation_tag
@@ -120,6 +121,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
     app.include_router(
         aisdk_router(rt, settings.tenant, send_queue_limit=settings.send_queue_limit)
     )
+    mount_playground(app)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
