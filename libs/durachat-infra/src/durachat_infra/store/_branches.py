@@ -204,8 +204,35 @@ async def find_siblings(
         )
     ).all()
     keys = [row.id for row in children]
-    shown = await _shown_on(conn, conversation_id, parent_pk, keys)
     prefer = None if viewer is None else viewer.id
+    at_parent = (
+        Branch.fork_message_id.is_(None)
+        if parent_pk is None
+        else (Branch.fork_message_id == parent_pk)
+    )
+    forks = select(Branch.parent_branch_id).where(
+        Branch.conversation_id == conversation_id,
+        at_parent,
+        Branch.parent_branch_id.is_not(None),
+    )
+    # Most alternatives are shown on a branch forked at their parent (an edit or a regenerate
+    # keeps one there) or on the branch it was forked from: walk those first, and every
+    # branch only for the siblings they miss.
+    forked_here = at_parent | Branch.id.in_(forks.scalar_subquery())
+    if prefer is not None:
+        forked_here = forked_here | (Branch.id == prefer)
+    near = list(
+        (
+            await conn.scalars(
+                select(Branch.id).where(Branch.conversation_id == conversation_id, forked_here)
+            )
+        ).all()
+    )
+    shown = await _shown_on(conn, conversation_id, parent_pk, keys, Branch.id.in_(near))
+    missing = [key for key in keys if not shown.get(key)]
+    if missing:
+        others = Branch.id.not_in(near)
+        shown.update(await _shown_on(conn, conversation_id, parent_pk, missing, others))
     return Siblings(
         ids=tuple(row.message_id for row in children),
         index=keys.index(pk),
@@ -214,10 +241,14 @@ async def find_siblings(
 
 
 async def _shown_on(
-    conn: AsyncConnection, conversation_id: int, parent_pk: int | None, siblings: list[int]
+    conn: AsyncConnection,
+    conversation_id: int,
+    parent_pk: int | None,
+    siblings: list[int],
+    which: ColumnElement[bool],
 ) -> dict[int, list[tuple[int, str, Any]]]:
-    """For each sibling (a child of `parent_pk`), the branches whose path holds it:
-    `(id, name, updated_at)`.
+    """For each sibling (a child of `parent_pk`), the branches (among those matching `which`)
+    whose path holds it: `(id, name, updated_at)`.
 
     Each branch's path is walked up from its leaf until it meets a sibling, or the path above
     the siblings' parent (which no sibling is below): only the part of the tree below the
@@ -231,7 +262,7 @@ async def _shown_on(
             Message.parent_id.label("parent_id"),
         )
         .join(Message, Message.id == Branch.leaf_id)
-        .where(Branch.conversation_id == conversation_id)
+        .where(Branch.conversation_id == conversation_id, which)
         .cte("shown_on", recursive=True)
     )
     parent = aliased(Message)
@@ -254,7 +285,8 @@ async def _shown_on(
 
 
 def _pick(branches: list[tuple[int, str, Any]], prefer: int | None) -> ShownOn | None:
-    """The branch to show a sibling on: `prefer` if it holds it, else the one updated last."""
+    """The branch to show a sibling on: `prefer` if it holds it, else the one updated last
+    (of those found)."""
     if not branches:
         return None
     chosen = next((b for b in branches if b[0] == prefer), None)

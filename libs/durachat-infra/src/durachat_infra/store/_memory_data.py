@@ -269,19 +269,27 @@ def find_siblings(
             if step.pk in keys:
                 holders.setdefault(step.pk, []).append(candidate)
     prefer = None if viewer is None else viewer.id
+    at_parent = [b for b in state.branches.values() if b.fork_pk == row.parent_pk]
+    near = {b.id for b in at_parent} | {b.parent_branch_id for b in at_parent}
     return Siblings(
         ids=tuple(child.message_id for child in children),
         index=keys.index(row.pk),
-        shown_on=tuple(_shown_on(holders.get(key, []), prefer) for key in keys),
+        shown_on=tuple(_shown_on(holders.get(key, []), prefer, near) for key in keys),
     )
 
 
-def _shown_on(branches: list[BranchRow], prefer: int | None) -> ShownOn | None:
+def _shown_on(
+    branches: list[BranchRow], prefer: int | None, near: set[int | None]
+) -> ShownOn | None:
+    """`prefer` if it holds the sibling; else, of the branches forked at the siblings' parent
+    or forked from there (`near`) that hold it (or, if none does, of all that do), the one
+    updated last."""
     if not branches:
         return None
     chosen = next((b for b in branches if b.id == prefer), None)
     if chosen is None:
-        chosen = max(branches, key=lambda b: (b.updated_at, b.id))
+        close = [b for b in branches if b.id in near]
+        chosen = max(close or branches, key=lambda b: (b.updated_at, b.id))
     return ShownOn(id=chosen.id, name=chosen.name)
 
 
