@@ -1,6 +1,7 @@
 // The web playground (/playground) in a real headless Chromium, driven by Playwright: send a
 // message and watch the reply stream, stop a slow reply, reload in the middle of one and see it
-// resume, edit a message and switch between its versions with the `< n / m >` picker.
+// resume, edit a message and switch between its versions with the `< n / m >` picker, approve
+// a tool call and answer a client tool.
 //
 // Usage: node playground.mjs <baseUrl> <conversation> [screenshot.png]
 // Prints one JSON line; exits 0 on success, 1 on failure (with "reason").
@@ -117,6 +118,21 @@ async function main() {
     // A reload without a branch shows what the page showed: the edit.
     await page.goto(`${base}/playground?name=${encodeURIComponent(name)}`);
     await messages.first().getByTestId("text").getByText("hello, edited", { exact: true }).waitFor(timeout);
+    // 5. Tools in another conversation: approve a payment, answer a client tool.
+    await page.goto(`${base}/playground?name=${encodeURIComponent(`${name}-tools`)}`);
+    await page.getByTestId("connection").getByText("connected").waitFor(timeout);
+    await page.getByTestId("input").fill("approve:bob");
+    await page.getByTestId("send").click();
+    await page.getByTestId("approve").click(timeout);
+    await lastText().getByText('tool result: {"ok":true,"amount":42,"recipient":"bob"}', { exact: true }).waitFor(timeout);
+    await page.getByTestId("status").getByText("ready").waitFor(timeout);
+    step("approved a tool call");
+    await page.getByTestId("input").fill("client-tool:");
+    await page.getByTestId("send").click();
+    await page.getByTestId("tool-answer").click(timeout);
+    await lastText().getByText('tool result: {"lat":48.85,"lon":2.35}', { exact: true }).waitFor(timeout);
+    step("answered a client tool");
+
     check(consoleErrors.length === 0, "the page threw errors", { consoleErrors });
     out.ok = true;
   } catch (error) {

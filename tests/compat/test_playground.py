@@ -1,6 +1,7 @@
 """The web playground (`/playground`) in a real headless Chromium, driven by Playwright
 (`playwright-core`, tests/compat/playground.mjs): a reply streams, a slow reply stops, a reload
-in the middle of a reply resumes it, an edit's `< n / m >` picker switches branches.
+in the middle of a reply resumes it, an edit's `< n / m >` picker switches branches, a tool call
+is approved and a client tool answered.
 
 Needs Debian's `chromium` (`make test` installs it when missing) and the compat packages.
 """
