@@ -10,7 +10,7 @@ export UV_PYTHON := $(PYTHON)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install run test test-py test-compat lint format bench bench-check clean
+.PHONY: help install run test test-py test-compat lint format bench bench-check clean chromium playground
 
 help:  # List the targets
 	@grep -E '^[a-z-]+:.*#' Makefile | sed -E 's/:.*#/\t/'
@@ -32,7 +32,15 @@ tests/compat/node_modules/.installed: tests/compat/package.json tests/compat/pac
 	cd tests/compat && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-test: install tests/compat/node_modules/.installed  # Run the whole suite (starts Redis and PostgreSQL itself)
+# The playground's browser test drives Debian's Chromium (tests/compat/test_playground.py).
+chromium:  # Install Chromium for the browser test when it is missing (apt-get, needs root)
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
+
+# Rebuild the committed playground bundle after changing playground/src (needs Node.js).
+playground:  # Build the web playground into services/gateway (served at /playground)
+	cd playground && npm ci --no-audit --no-fund --loglevel=error && npm run build
+
+test: install tests/compat/node_modules/.installed chromium  # Run the whole suite (starts Redis and PostgreSQL itself)
 	$(BIN)/pytest
 
 test-py: install  # Run the Python suite only
@@ -55,4 +63,4 @@ bench-check: install  # Re-run the load phase; fail if it regressed against benc
 	$(BIN)/python -m bench.check
 
 clean:  # Remove environments and local data
-	rm -rf $(VENV) $(TOOLS) var tests/compat/node_modules
+	rm -rf $(VENV) $(TOOLS) var tests/compat/node_modules playground/node_modules

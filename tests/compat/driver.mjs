@@ -34,6 +34,8 @@ import { WebSocketChatTransport } from "agents/chat/transport";
 import { STREAM_RESUME_NONE_REASONS, broadcastTransition as transition } from "agents/chat";
 import WebSocket from "ws";
 
+import { aisdkScenarios } from "./aisdk.mjs";
+
 /**
  * `ws` with a browser's event delivery. By default a `ws` client emits every message of one TCP read
  * synchronously, back to back; a browser dispatches each WebSocket message as its own task, so the
@@ -2156,83 +2158,86 @@ const scenarios = {
     observed.main = summary(main.messages);
   },
 
+  // Edit and regenerate with the real client: an edit (sendMessage({text, messageId})), a
+  // regenerate, and a stop then regenerate each answer where the tab is (main), as the
+  // reference does; what they replaced is kept on a new branch each. A reload without a branch
+  // shows the tab's transcript, another tab on main receives it live, and a branch-aware tab
+  // reaches every kept version through the siblings' branches.
   async "branch-edit"({ urls, agent, name }, observed) {
     const a = await mounted(urls[0], agent, name, { label: "editor" });
     await withTimeout(a.send("one"), 10_000, "first sendMessage");
     await withTimeout(a.send("two"), 10_000, "second sendMessage");
-    const mainBefore = summary(a.messages);
+    const original = summary(a.messages);
     const watcher = await mounted(urls.at(-1), agent, name, { label: "main-watcher" });
-    const switches = [];
-    // What an application does with the switch: remember the branch, for its URL.
-    a.agent.addEventListener("message", (event) => {
-      const frame = JSON.parse(event.data);
-      if (frame.type === "durachat_branch_switched") switches.push(frame);
-    });
     const branchOf = async (id) => getMessages(urls[0], agent, name, `?branch=${id}`);
     const sameAs = (messages, expected) => JSON.stringify(summary(messages)) === JSON.stringify(expected);
+    const mainIs = async (expected, what) =>
+      settledGet(urls[0], agent, name, (h) => sameAs(h, expected), what, 5000).catch((error) => {
+        throw Object.assign(error, { details: { expected } });
+      });
+    const keptBranches = async () =>
+      (await (await fetch(`${urls[0]}/agents/${agent}/${name}/branches`)).json()).branches.filter((b) => b.name !== "main");
 
     // 1. Edit "two" in place, as the AI SDK does: sendMessage({text, messageId}).
     await withTimeout(a.chat.sendMessage({ text: "two, edited", messageId: a.messages[2].id }), 10_000, "the edit");
-    await until(() => switches.length === 1, 5000, "the editor to be moved to the edit's branch");
-    const edited = switches[0];
-    check(edited.reason === "edit", `the switch gave reason ${edited.reason}`, { edited });
     check(
       JSON.stringify(a.messages.map(textOf)) === JSON.stringify(["one", "echo: one", "two, edited", "echo: two, edited"]),
-      "the editor does not show the edited branch",
+      "the editor does not show the edit",
       { editor: summary(a.messages) },
     );
-    check(sameAs(await branchOf(edited.branch), summary(a.messages)), "the edit's branch is not what the editor shows");
-    check(sameAs(await getMessages(urls[0], agent, name), mainBefore), "main changed when a message was edited");
+    await mainIs(summary(a.messages), "main to show the edit");
+    let kept = await keptBranches();
+    check(kept.length === 1 && kept[0].name.startsWith("edit-"), "the edit kept no branch", { kept });
+    check(sameAs(await branchOf(kept[0].id), original), "the kept branch is not the original conversation");
+    await until(() => sameAs(watcher.messages, summary(a.messages)), 5000, "the tab on main to show the edit");
 
-    // 2. Regenerate the last reply of the edited branch.
-    const editedView = summary(a.messages);
+    // 2. Regenerate the last reply.
+    const edited = summary(a.messages);
     await withTimeout(a.regenerate(), 10_000, "regenerate");
-    await until(() => switches.length === 2, 5000, "the editor to be moved to the regenerate's branch");
-    const regenerated = switches[1];
-    check(regenerated.reason === "regenerate" && regenerated.branch !== edited.branch, "regenerate did not fork", { regenerated });
-    check(a.messages.length === 4 && a.messages[3].id !== editedView[3].id, "the regenerated reply is not new", { editor: summary(a.messages) });
-    check(sameAs(await branchOf(regenerated.branch), summary(a.messages)), "the regenerate's branch is not what the editor shows");
-    check(sameAs(await branchOf(edited.branch), editedView), "the edited branch changed on regenerate");
+    check(a.messages.length === 4 && a.messages[3].id !== edited[3].id, "the regenerated reply is not new", { editor: summary(a.messages) });
+    await mainIs(summary(a.messages), "main to show the regenerated reply");
+    kept = await keptBranches();
+    const regenerated = kept.find((b) => b.name.startsWith("regenerate-"));
+    check(regenerated && sameAs(await branchOf(regenerated.id), edited), "the regenerate did not keep the replaced reply", { kept });
 
-    // 3. Stop a streaming reply and regenerate it: the stopped partial stays where it was.
+    // 3. Stop a streaming reply and regenerate it: the stopped partial is kept too.
     const sending = a.send("slow").catch((e) => a.errors.push(`send: ${e.message}`));
     await waitForDeltas(a, 5);
     await withTimeout(a.stop(), 5000, "stop");
     await withTimeout(sending, 10_000, "the stopped sendMessage to settle");
-    const stoppedOn = regenerated.branch;
     await withTimeout(a.regenerate(), 30_000, "regenerate after stop");
-    await until(() => switches.length === 3, 5000, "the editor to be moved once more");
     check(textOf(a.messages.at(-1)) === SLOW_TEXT, "the regenerated slow reply is not whole", { editor: summary(a.messages) });
-    const keptPartial = await branchOf(stoppedOn);
-    const partialText = textOf(keptPartial.at(-1));
+    await mainIs(summary(a.messages), "main to show the regenerated slow reply");
+    kept = await keptBranches();
+    check(kept.length === 3, `${kept.length} kept branches, expected 3`, { kept });
+    const stopped = await branchOf(kept[2].id);
+    const partialText = textOf(stopped.at(-1));
     check(
-      keptPartial.length === 6 && partialText.length > 0 && SLOW_TEXT.startsWith(partialText) && partialText !== SLOW_TEXT,
-      "the stopped reply's partial is not kept on its branch",
-      { kept: summary(keptPartial) },
+      stopped.length === 6 && partialText.length > 0 && SLOW_TEXT.startsWith(partialText) && partialText !== SLOW_TEXT,
+      "the stopped reply's partial is not kept",
+      { kept: summary(stopped) },
     );
 
-    // 4. The editor goes on chatting where it is; a reload with the branch in the URL shows it.
-    await withTimeout(a.send("after"), 10_000, "sendMessage on the new branch");
-    const last = switches[2].branch;
-    check(sameAs(await branchOf(last), summary(a.messages)), "a send after the fork did not stay on the branch");
-    const reloaded = await mounted(urls.at(-1), agent, name, { label: "editor-reload", query: { branch: last } });
-    check(sameAs(reloaded.initialMessages, summary(a.messages)), "a reload of the branch does not show it", {
+    // 4. Reloads without a branch show what the editor shows; the tab on main followed along
+    // and was never moved.
+    const reloaded = await mounted(urls.at(-1), agent, name, { label: "editor-reload" });
+    check(sameAs(reloaded.initialMessages, summary(a.messages)), "a reload does not show the editor's transcript", {
       reloaded: summary(reloaded.initialMessages),
     });
-    const mainReload = await mounted(urls[0], agent, name, { label: "main-reload" });
-    check(sameAs(mainReload.initialMessages, mainBefore), "a reload of main does not show main", {
-      reloaded: summary(mainReload.initialMessages),
-    });
+    await until(() => sameAs(watcher.messages, summary(a.messages)), 5000, "the tab on main to show the editor's transcript");
+    const switched = frameLog.filter((f) => f.dir === "in" && f.frame.type === "durachat_branch_switched");
+    check(switched.length === 0, "a tab was moved to another branch", { switched: switched.slice(0, 3) });
 
-    // Every branch stays listed; the tab on main saw none of it.
-    const listed = await (await fetch(`${urls[0]}/agents/${agent}/${name}/branches`)).json();
-    check(listed.branches.length === 4, `${listed.branches.length} branches listed, expected 4`, { listed });
-    check(sameAs(watcher.messages, mainBefore), "the main tab changed", { watcher: summary(watcher.messages) });
-    const leaked = frameLog.filter((f) => f.tab === watcher.label && f.dir === "in" && /edited|slow|after|durachat_branch_switched/.test(JSON.stringify(f.frame)));
-    check(leaked.length === 0, "the main tab received frames of other branches", { leaked: leaked.slice(0, 3) });
-    observed.switches = switches;
+    // 5. A branch-aware tab: the edited message's siblings say where the original is.
+    const siblings = await (await fetch(`${urls[0]}/agents/${agent}/${name}/messages/${a.messages[2].id}/siblings`)).json();
+    check(siblings.index === 1 && siblings.alternatives?.length === 2, "the edited message does not have two versions", { siblings });
+    const first = siblings.alternatives[0].branch;
+    const onOriginal = await mounted(urls[0], agent, name, { label: "original", query: { branch: first } });
+    check(sameAs(onOriginal.initialMessages, original), "the first version's branch does not show the original", {
+      original: summary(onOriginal.initialMessages),
+    });
+    observed.kept = kept.map((b) => b.name);
     observed.editor = summary(a.messages);
-    observed.main = mainBefore;
   },
 
   async "resume-drop"({ urls, agent, name }, observed) {
@@ -2392,28 +2397,30 @@ const scenarios = {
     check(msgs[0].role === "user" && msgs[1].role === "assistant", "wrong roles");
     check(textOf(msgs[1]) === "echo: hello world", `regenerated text is ${JSON.stringify(textOf(msgs[1]))}`);
     check(msgs[1].id !== first.id, "the regenerated assistant kept the old id");
-    // The new reply is on a branch of its own, which the tab was moved to; main keeps the first.
+    // As the reference: the tab stays where it is, and main (what a reload without a branch
+    // reads) ends with the new reply. The first reply is kept on a branch of its own.
     const moved = frameLog.find((f) => f.tab === a.label && f.dir === "in" && f.frame.type === "durachat_branch_switched");
-    check(moved?.frame.reason === "regenerate", "the tab was not moved to the regenerated branch", { moved });
+    check(!moved, "the tab was moved to another branch", { moved });
+    const serverId = requireServerStart(a.label, req.id);
     const history = await settledGet(
       urls[0],
       agent,
       name,
-      (h) => h.length === 2 && h[1].role === "assistant" && h[1].id === before[1].id,
-      "main to keep the first reply",
+      (h) => h.length === 2 && h[1].role === "assistant" && h[1].id === serverId,
+      "main to end with the regenerated reply",
     );
-    check(textOf(history[1]) === "echo: hello world", "main's transcript is wrong", { main: summary(history) });
-    const forked = await getMessages(urls[0], agent, name, `?branch=${moved.frame.branch}`);
-    observed.get = summary(forked);
-    check(
-      forked.length === 2 && forked[0].id === msgs[0].id && forked[1].id !== before[1].id && textOf(forked[1]) === "echo: hello world",
-      "the regenerated branch's transcript is wrong",
-      { forked: summary(forked) },
-    );
-    const [, regenerated] = forked;
-    const serverId = requireServerStart(a.label, req.id);
+    observed.get = summary(history);
+    check(textOf(history[1]) === "echo: hello world" && history[0].id === msgs[0].id, "main's transcript is wrong", { main: summary(history) });
     check(msgs[1].id === serverId, `client assistant id ${msgs[1].id} is not the stream's ${serverId}`);
-    check(regenerated.id === serverId, `persisted assistant id ${regenerated.id} is not the stream's ${serverId}`);
+    const reloaded = await mounted(urls[0], agent, name, { label: "reload" });
+    check(sameTranscript(reloaded.initialMessages, msgs), "a reload does not show what the tab shows", {
+      reloaded: summary(reloaded.initialMessages),
+    });
+    const listed = await (await fetch(`${urls[0]}/agents/${agent}/${name}/branches`)).json();
+    const kept = listed.branches.find((b) => b.name.startsWith("regenerate-"));
+    check(kept && kept.leaf_message_id === before[1].id, "the first reply is not kept on a branch", { listed });
+    const old = await getMessages(urls[0], agent, name, `?branch=${kept.id}`);
+    check(old.length === 2 && old[1].id === before[1].id, "the kept branch's transcript is wrong", { old: summary(old) });
   },
 
   async "two-tabs"({ urls, agent, name }, observed) {
@@ -2626,6 +2633,26 @@ const scenarios = {
     await dropScenario(ctx, observed);
   },
 };
+
+// The AI SDK's own HTTP transport (DefaultChatTransport + AbstractChat): aisdk.mjs.
+Object.assign(
+  scenarios,
+  aisdkScenarios({
+    Chat,
+    check,
+    until,
+    withTimeout,
+    textOf,
+    summary,
+    getMessages,
+    mounted,
+    sleep,
+    SLOW_TEXT,
+    LOCATION,
+    PAID_BOB,
+    frameLog,
+  }),
+);
 
 /** The agent a scenario talks to when none is given: the demo agent, or the test agent it needs. */
 const SCENARIO_AGENTS = {

@@ -59,9 +59,16 @@ SCENARIOS = [
     # a tab on main never sees it.
     "branch-view",
     # Edit and regenerate with the real client: an edit (sendMessage({text, messageId})), a
-    # regenerate, a stop then regenerate each fork a branch the tab is moved to; the stopped
-    # partial stays behind; a reload naming the branch shows it; main and its tab never change.
+    # regenerate, a stop then regenerate each answer where the tab is, as the reference does;
+    # a reload without a branch and another tab on main show the same; each replaced version
+    # (the stopped partial too) is kept on a branch that the siblings point at.
     "branch-edit",
+    # The AI SDK's own useChat transport (DefaultChatTransport over HTTP + SSE, aisdk.mjs): a
+    # chat a WebSocket tab sees live, regenerate, edit and a branch; a dropped response resumed
+    # from the start after a reload, an explicit stop; client tools and approvals.
+    "aisdk-chat",
+    "aisdk-resume",
+    "aisdk-tools",
 ]
 TWO_GATEWAYS = {
     "resume-reload",
@@ -72,6 +79,8 @@ TWO_GATEWAYS = {
     "data-parts",
     "branch-view",
     "branch-edit",
+    "aisdk-chat",
+    "aisdk-resume",
 }
 """Scenarios whose second client connects through the second gateway."""
 AGENTS = {

@@ -23,7 +23,7 @@ AGENT = "chat-agent"
 
 async def regenerated(cluster: LocalCluster, conversation: str) -> tuple[str, str, str]:
     """Send `[u1]`, then regenerate it: returns `(u1, a1, a1')`, a1 and a1' being siblings
-    under u1, a1 on main and a1' on the branch the regenerate forked."""
+    under u1, a1' on main and a1 on the branch that keeps what the regenerate replaced."""
     ws = await WsClient.connect(cluster.urls[0], AGENT, conversation)
     try:
         user = user_message("branch me")
@@ -46,6 +46,18 @@ def error_code(response: httpx.Response) -> Any:
     return response.json()["code"]
 
 
+def picked(response: httpx.Response) -> tuple[list[str], int]:
+    """The siblings answer's ids and index."""
+    assert response.status_code == 200, response.text
+    body = response.json()
+    return body["siblings"], body["index"]
+
+
+def shown_on(response: httpx.Response) -> list[str | None]:
+    """The branch each sibling is shown on."""
+    return [a["branch"] for a in response.json()["alternatives"]]
+
+
 async def test_branches_siblings_and_messages_of_a_regenerated_reply(
     cluster: LocalCluster, http: httpx.AsyncClient, conversation: str
 ) -> None:
@@ -54,31 +66,36 @@ async def test_branches_siblings_and_messages_of_a_regenerated_reply(
 
     listed = await http.get(f"{base}/branches")
     assert listed.status_code == 200, listed.text
-    main, fork = listed.json()["branches"]
+    main, kept = listed.json()["branches"]
     assert main["name"] == MAIN_BRANCH and isinstance(main["id"], int)
-    assert main["leaf_message_id"] == a1
+    assert main["leaf_message_id"] == a1b
     assert (main["parent_branch_id"], main["fork_message_id"]) == (None, None)
     assert main["created_at"] <= main["updated_at"]
-    assert fork["name"].startswith("regenerate-") and fork["leaf_message_id"] == a1b
-    assert (fork["parent_branch_id"], fork["fork_message_id"]) == (main["id"], u1)
+    assert kept["name"].startswith("regenerate-") and kept["leaf_message_id"] == a1
+    assert (kept["parent_branch_id"], kept["fork_message_id"]) == (main["id"], u1)
 
     siblings = await http.get(f"{base}/messages/{a1}/siblings")
-    assert siblings.status_code == 200, siblings.text
-    assert siblings.json() == {"siblings": [a1, a1b], "index": 0}
-    for branch in (fork["name"], str(fork["id"])):
+    assert picked(siblings) == ([a1, a1b], 0)
+    assert shown_on(siblings) == [str(kept["id"]), MAIN_BRANCH]
+    assert siblings.json()["alternatives"][0]["branch_name"] == kept["name"]
+    for branch in (kept["name"], str(kept["id"]), MAIN_BRANCH):
         response = await http.get(f"{base}/messages/{a1b}/siblings", params={"branch": branch})
-        assert response.json() == {"siblings": [a1, a1b], "index": 1}
+        assert picked(response) == ([a1, a1b], 1)
     root = await http.get(f"{base}/messages/{u1}/siblings")
-    assert root.json() == {"siblings": [u1], "index": 0}
+    assert picked(root) == ([u1], 0)
+    assert shown_on(root) == [MAIN_BRANCH]
+    # From the kept branch, the root is shown on that branch.
+    from_kept = await http.get(f"{base}/messages/{u1}/siblings", params={"branch": kept["name"]})
+    assert shown_on(from_kept) == [str(kept["id"])]
 
     plain = (await http.get(f"{base}/get-messages")).json()
-    assert [m["id"] for m in plain] == [u1, a1]
+    assert [m["id"] for m in plain] == [u1, a1b]
     for branch in (MAIN_BRANCH, str(main["id"]), ""):
         response = await http.get(f"{base}/get-messages", params={"branch": branch})
         assert response.status_code == 200
         assert response.json() == plain
-    forked = await http.get(f"{base}/get-messages", params={"branch": str(fork["id"])})
-    assert [m["id"] for m in forked.json()] == [u1, a1b]
+    old = await http.get(f"{base}/get-messages", params={"branch": str(kept["id"])})
+    assert [m["id"] for m in old.json()] == [u1, a1]
 
 
 async def test_read_errors_have_stable_codes(
@@ -87,9 +104,9 @@ async def test_read_errors_have_stable_codes(
     _u1, a1, a1b = await regenerated(cluster, conversation)
     base = f"/agents/{AGENT}/{conversation}"
 
-    # a1' is in the tree but not on main's path.
-    off_path = await http.get(f"{base}/messages/{a1b}/siblings")
-    assert (off_path.status_code, error_code(off_path)) == (404, "unknown_message")
+    # a1 is not on main's path, but its id is unique in the conversation: found by id.
+    off_path = await http.get(f"{base}/messages/{a1}/siblings", params={"branch": MAIN_BRANCH})
+    assert picked(off_path) == ([a1, a1b], 0)
     missing = await http.get(f"{base}/messages/nope/siblings")
     assert (missing.status_code, error_code(missing)) == (404, "unknown_message")
     for branch in ("nope", "987654321", "9" * 30):
@@ -151,10 +168,23 @@ async def test_branches_made_in_the_store_are_served_by_id_and_name(
         on_alt = await http.get(f"{base}/get-messages", params={"branch": branch})
         assert [m["id"] for m in on_alt.json()] == [u1, "alt-reply"]
         siblings = await http.get(f"{base}/messages/alt-reply/siblings", params={"branch": branch})
-        assert siblings.json() == {"siblings": [a1, a1b, "alt-reply"], "index": 2}
+        assert picked(siblings) == ([a1, a1b, "alt-reply"], 2)
+        assert shown_on(siblings) == [str(_regenerated["id"]), MAIN_BRANCH, str(alt.id)]
     on_main = await http.get(f"{base}/messages/{a1}/siblings")
-    assert on_main.json() == {"siblings": [a1, a1b, "alt-reply"], "index": 0}
-    assert [m["id"] for m in (await http.get(f"{base}/get-messages")).json()] == [u1, a1]
+    assert picked(on_main) == ([a1, a1b, "alt-reply"], 0)
+    assert [m["id"] for m in (await http.get(f"{base}/get-messages")).json()] == [u1, a1b]
+
+    # An id twice in the tree and on no branch's path: the branch must decide.
+    async with (
+        Store.from_url(cluster.database_url) as store,
+        store.transaction(conv.id, conv.epoch) as tx,
+    ):
+        for _ in range(2):
+            await tx.insert_chain(u1_pk, [{"id": "twice", "role": "assistant", "parts": []}])
+    twice = await http.get(f"{base}/messages/twice/siblings")
+    assert (twice.status_code, error_code(twice)) == (409, "ambiguous_message")
+    named = await http.get(f"{base}/messages/twice/siblings", params={"branch": "alt idea"})
+    assert (named.status_code, error_code(named)) == (404, "unknown_message")
 
 
 async def test_openapi_describes_the_branch_routes(http: httpx.AsyncClient) -> None:
@@ -177,7 +207,9 @@ async def test_openapi_describes_the_branch_routes(http: httpx.AsyncClient) -> N
         "created_at",
         "updated_at",
     }
-    assert set(schemas["SiblingsOut"]["properties"]) == {"siblings", "index"}
+    assert set(schemas["SiblingsOut"]["properties"]) == {"siblings", "index", "alternatives"}
+    assert set(schemas["AlternativeOut"]["properties"]) == {"message_id", "branch", "branch_name"}
+    assert "409" in siblings["responses"]
     assert set(schemas["ErrorBody"]["properties"]) == {"code", "message"}
 
 

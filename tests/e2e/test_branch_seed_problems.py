@@ -46,9 +46,12 @@ async def chat(ws: WsClient, messages: list[dict[str, Any]], **options: Any) -> 
     return str(request["id"])
 
 
-async def switched(ws: WsClient, after: int = 0) -> str:
-    frame = await ws.wait_for(lambda f: f.get("type") == "durachat_branch_switched", after=after)
-    return str(frame["branch"])
+async def kept(base: str, conversation: str, kind: str) -> str:
+    """The id of the branch that keeps what an edit or a regenerate replaced."""
+    async with httpx.AsyncClient(base_url=base, timeout=20) as http:
+        listed = (await http.get(f"/agents/{AGENT}/{conversation}/branches")).json()["branches"]
+    [found] = [b for b in listed if str(b["name"]).startswith(f"{kind}-")]
+    return str(found["id"])
 
 
 async def message_rows(database_url: str, conversation: str) -> list[str]:
@@ -79,11 +82,13 @@ async def test_1_no_stale_rows_a_branch_deletes_what_only_it_reaches(
     base = cluster.urls[0]
     u1 = user_message("one")
     await chat(ws, [u1])
-    main = await get_messages(base, AGENT, conversation)
     await chat(ws, [u1], trigger="regenerate-message")
-    fork = await switched(ws)
+    main = await get_messages(base, AGENT, conversation)
+    fork = await kept(base, conversation, "regenerate")
     on_fork = await get_messages(base, AGENT, conversation, branch=fork)
-    await chat(ws, [*on_fork, user_message("more on the fork")])
+    on_kept = await WsClient.connect(base, AGENT, conversation, branch=fork)
+    await chat(on_kept, [*on_fork, user_message("more on the fork")])
+    await on_kept.close()
     on_fork = await get_messages(base, AGENT, conversation, branch=fork)
 
     # Each branch's transcript is its path: no stale reply on either.
@@ -112,14 +117,14 @@ async def test_2_history_and_websocket_sync_carry_one_branch(
     editor = await WsClient.connect(base, AGENT, conversation)
     u1 = user_message("one")
     await chat(editor, [u1])
-    main = await get_messages(base, AGENT, conversation)
     await chat(editor, [{**u1, "parts": [{"type": "text", "text": "one, edited"}]}])
-    fork = await switched(editor)
+    main = await get_messages(base, AGENT, conversation)
+    fork = await kept(base, conversation, "edit")
     on_fork = await get_messages(base, AGENT, conversation, branch=fork)
 
     # Restore path 1: HTTP history, one branch each.
-    assert ids(await get_messages(base, AGENT, conversation)) == ids(main)
-    assert on_fork[0]["parts"][0]["text"] == "one, edited"
+    assert main[0]["parts"][0]["text"] == "one, edited"
+    assert on_fork[0]["parts"][0]["text"] == "one"
     assert not set(ids(on_fork)[1:]) & set(ids(main))
 
     # Restore path 2: the WebSocket transcript sync. Tabs on each branch see the transcript
@@ -127,8 +132,9 @@ async def test_2_history_and_websocket_sync_carry_one_branch(
     on_main = await WsClient.connect(cluster.urls[1], AGENT, conversation)
     also_fork = await WsClient.connect(cluster.urls[1], AGENT, conversation, branch=fork)
     main_sender = await WsClient.connect(base, AGENT, conversation)
+    fork_sender = await WsClient.connect(base, AGENT, conversation, branch=fork)
     await chat(main_sender, [*main, user_message("main goes on")])
-    await chat(editor, [*on_fork, user_message("fork goes on")])
+    await chat(fork_sender, [*on_fork, user_message("fork goes on")])
     main_after = await get_messages(base, AGENT, conversation)
     fork_after = await get_messages(base, AGENT, conversation, branch=fork)
 
@@ -145,7 +151,7 @@ async def test_2_history_and_websocket_sync_carry_one_branch(
         foreign = set(ids(other)) - set(ids(own))
         for frame in frames:
             assert not set(ids(frame["messages"])) & foreign
-    for tab in (editor, on_main, also_fork, main_sender):
+    for tab in (editor, on_main, also_fork, main_sender, fork_sender):
         await tab.close()
 
 
@@ -157,13 +163,15 @@ async def test_3_no_client_filtering_needed_while_both_branches_stream(
     stream replies on two branches at the same time, and no frame of the other branch ever
     reaches either tab: there is nothing to filter."""
     base = cluster.urls[0]
-    a = await WsClient.connect(base, AGENT, conversation)
+    sender = await WsClient.connect(base, AGENT, conversation)
     u1 = user_message("one")
-    await chat(a, [u1])
+    await chat(sender, [u1])
+    await chat(sender, [u1], trigger="regenerate-message")
+    await sender.close()
     main = await get_messages(base, AGENT, conversation)
-    await chat(a, [u1], trigger="regenerate-message")
-    fork = await switched(a)
+    fork = await kept(base, conversation, "regenerate")
     on_fork = await get_messages(base, AGENT, conversation, branch=fork)
+    a = await WsClient.connect(base, AGENT, conversation, branch=fork)
     b = await WsClient.connect(cluster.urls[1], AGENT, conversation)  # on main
 
     on_a = chat_request([*on_fork, user_message("slow")])
@@ -187,9 +195,7 @@ async def test_3_no_client_filtering_needed_while_both_branches_stream(
                 leaked.append(frame)
         return leaked
 
-    # Tab a was on main until its regenerate moved it.
-    moved = next(i for i, f in enumerate(a.frames) if f.get("type") == "durachat_branch_switched")
-    assert leaks(a, str(on_b["id"]), only_main, since=moved) == []
+    assert leaks(a, str(on_b["id"]), only_main) == []
     assert leaks(b, str(on_a["id"]), only_fork) == []
     await a.close()
     await b.close()
@@ -201,8 +207,8 @@ async def test_4_a_conversation_from_before_branching_gets_an_explicit_main(
     """A flat design's branches hang off an implicit `main` (messages with no branch), which
     cannot be told apart or pointed at once branches exist. Here a conversation stored before
     the branch views (schema 0003, without a `main` row) is migrated and gets an explicit
-    `main` with an id: it is listed, read by name and by id, and an edit on it forks a branch
-    whose parent is that `main`."""
+    `main` with an id: it is listed, read by name and by id, and an edit on it keeps the old
+    path on a branch whose parent is that `main`."""
     url = f"sqlite+aiosqlite:///{tmp_path / 'legacy.db'}"
     await asyncio.to_thread(command.upgrade, alembic_config(url), "0003")
     engine = create_async_engine(url)
@@ -249,9 +255,11 @@ async def test_4_a_conversation_from_before_branching_gets_an_explicit_main(
                 assert read == [u1, a1]
             ws = await WsClient.connect(base, AGENT, "legacy")
             await chat(ws, [{**u1, "parts": [{"type": "text", "text": "new question"}]}])
-            fork = await switched(ws)
+            fork = await kept(base, "legacy", "edit")
             listed = (await http.get(f"/agents/{AGENT}/legacy/branches")).json()["branches"]
             [forked] = [b for b in listed if str(b["id"]) == fork]
             assert forked["parent_branch_id"] == main["id"]
-            assert await get_messages(base, AGENT, "legacy") == [u1, a1]
+            assert await get_messages(base, AGENT, "legacy", branch=fork) == [u1, a1]
+            now = await get_messages(base, AGENT, "legacy")
+            assert now[0]["parts"][0]["text"] == "new question" and len(now) == 2
             await ws.close()

@@ -102,7 +102,13 @@ async def test_connect_to_a_branch_by_name_and_by_id(
     assert await error_code(fetch_history(url, AGENT, conversation, branch="nope")) == unknown
 
 
-async def test_regenerate_forks_and_switching_back_restores_main(
+async def kept(client: ChatClient, kind: str) -> dict[str, Any]:
+    """The branch that keeps what an edit or a regenerate replaced."""
+    [record] = [b for b in await client.branches() if str(b["name"]).startswith(f"{kind}-")]
+    return record
+
+
+async def test_regenerate_stays_on_main_and_keeps_the_old_reply_on_a_branch(
     cluster: LocalCluster, conversation: str
 ) -> None:
     url = cluster.urls[0]
@@ -110,38 +116,35 @@ async def test_regenerate_forks_and_switching_back_restores_main(
         main = await two_turns(client)
         again = await client.regenerate()
         assert await answered(again) == "echo: two"
-        fork = client.branch
-        assert fork != "main" and again.branch == fork
+        assert client.branch == "main" and again.branch == "main"
         assert ids(client.messages[:3]) == ids(main[:3])
         assert client.messages[3]["id"] == again.message_id != main[3]["id"]
-        assert await fetch_history(url, AGENT, conversation) == main
-        assert ids(await fetch_history(url, AGENT, conversation, branch=fork)) == ids(
-            client.messages
-        )
+        # Main shows the new reply, after a reload too.
+        assert ids(await fetch_history(url, AGENT, conversation)) == ids(client.messages)
         assert ids(await client.history()) == ids(client.messages)
 
         listed = await client.branches()
         assert listed[0]["name"] == "main"
-        [record] = [b for b in listed if str(b["id"]) == fork]
-        assert record["name"].startswith("regenerate-")
+        record = await kept(client, "regenerate")
         assert record["fork_message_id"] == main[2]["id"]
         assert record["parent_branch_id"] == listed[0]["id"]
-        assert record["leaf_message_id"] == again.message_id
+        assert record["leaf_message_id"] == main[3]["id"]
+        assert await fetch_history(url, AGENT, conversation, branch=record["id"]) == main
 
-        await client.switch_branch("main")
-        assert client.branch == "main"
+        # The picker: the old reply is on the kept branch, the new one on main.
+        alternatives, index = await client.alternatives(str(again.message_id))
+        assert index == 1
+        assert [a["branch"] for a in alternatives] == [str(record["id"]), "main"]
+        await client.switch_branch(alternatives[0]["branch"])
+        assert client.branch == str(record["id"])
         assert client.messages == main
         assert await error_code(client.switch_branch("nope")) == "unknown_branch"
-        assert client.branch == "main" and client.messages == main
-        # Back to the fork by its name.
-        await client.switch_branch(record["name"])
-        assert client.branch == fork
-        assert ids(client.messages) == ids(
-            await fetch_history(url, AGENT, conversation, branch=fork)
-        )
+        assert client.branch == str(record["id"]) and client.messages == main
+        await client.switch_branch("main")
+        assert ids(client.messages) == ids(await fetch_history(url, AGENT, conversation))
 
 
-async def test_edit_forks_at_the_parent_and_keeps_the_original(
+async def test_edit_stays_on_main_and_keeps_the_original(
     cluster: LocalCluster, conversation: str
 ) -> None:
     url = cluster.urls[0]
@@ -149,33 +152,26 @@ async def test_edit_forks_at_the_parent_and_keeps_the_original(
         main = await two_turns(client)
         reply = await client.edit(main[2]["id"], "two, edited")
         assert await answered(reply) == "echo: two, edited"
-        fork = client.branch
-        assert fork != "main" and reply.branch == fork
+        assert client.branch == "main" and reply.branch == "main"
         assert ids(client.messages) == [*ids(main[:3]), str(reply.message_id)]
         assert texts(client.messages) == ["one", "echo: one", "two, edited", "echo: two, edited"]
-        on_fork = await fetch_history(url, AGENT, conversation, branch=fork)
-        assert ids(on_fork) == ids(client.messages) and texts(on_fork) == texts(client.messages)
-        # The original is intact on main, and the fork is listed.
-        assert await fetch_history(url, AGENT, conversation) == main
-        listed = await client.branches()
-        assert [str(b["id"]) for b in listed] == [str(listed[0]["id"]), fork]
-        assert listed[1]["name"].startswith("edit-")
-        assert listed[1]["fork_message_id"] == main[1]["id"]
-        assert listed[0]["leaf_message_id"] == main[3]["id"]
+        now = await fetch_history(url, AGENT, conversation)
+        assert ids(now) == ids(client.messages) and texts(now) == texts(client.messages)
+        # The original is intact on the kept branch.
+        record = await kept(client, "edit")
+        assert record["fork_message_id"] == main[1]["id"]
+        assert await fetch_history(url, AGENT, conversation, branch=record["name"]) == main
 
-        # The client chats on the fork from now on.
+        # The client goes on chatting on main.
         assert await answered(await client.send("three")) == "echo: three"
-        assert texts(await fetch_history(url, AGENT, conversation, branch=fork))[-2:] == [
-            "three",
-            "echo: three",
-        ]
-        assert await fetch_history(url, AGENT, conversation) == main
+        assert texts(await fetch_history(url, AGENT, conversation))[-2:] == ["three", "echo: three"]
+        assert await fetch_history(url, AGENT, conversation, branch=record["name"]) == main
 
         assert await error_code(client.edit("nope", "x")) == "unknown_message"
         assert await error_code(client.edit(main[1]["id"], "x")) == "not_a_user_message"
 
 
-async def test_editing_the_first_message_forks_at_the_root(
+async def test_editing_the_first_message_rewinds_to_the_root(
     cluster: LocalCluster, conversation: str
 ) -> None:
     url = cluster.urls[0]
@@ -183,15 +179,17 @@ async def test_editing_the_first_message_forks_at_the_root(
         main = await two_turns(client)
         reply = await client.edit(main[0]["id"], "uno")
         assert await answered(reply) == "echo: uno"
-        fork = client.branch
-        assert fork != "main"
+        assert client.branch == "main"
         assert texts(client.messages) == ["uno", "echo: uno"]
         assert ids(client.messages) == [main[0]["id"], str(reply.message_id)]
-        on_fork = await fetch_history(url, AGENT, conversation, branch=fork)
-        assert ids(on_fork) == ids(client.messages) and texts(on_fork) == ["uno", "echo: uno"]
-        [record] = [b for b in await client.branches() if str(b["id"]) == fork]
+        now = await fetch_history(url, AGENT, conversation)
+        assert ids(now) == ids(client.messages) and texts(now) == ["uno", "echo: uno"]
+        record = await kept(client, "edit")
         assert record["fork_message_id"] is None
-        assert await fetch_history(url, AGENT, conversation) == main
+        assert await fetch_history(url, AGENT, conversation, branch=record["id"]) == main
+        # The edited message's id occurs twice: seen from main, the edit is the second.
+        alternatives, index = await client.alternatives(main[0]["id"])
+        assert index == 1 and [a["branch"] for a in alternatives] == [str(record["id"]), "main"]
 
 
 async def test_an_edit_while_a_reply_streams_cancels_it_first(
@@ -209,17 +207,17 @@ async def test_an_edit_while_a_reply_streams_cancels_it_first(
         assert await answered(reply) == "echo: fast instead"
         async with asyncio.timeout(5):
             assert await running.wait() == "aborted"
-        assert running.branch == "main" and reply.branch == client.branch != "main"
+        assert running.branch == "main" and reply.branch == client.branch == "main"
         assert texts(client.messages) == ["fast instead", "echo: fast instead"]
 
-        async def partial_on_main() -> list[Message] | None:
-            history = await fetch_history(url, AGENT, conversation)
-            return history if len(history) == 2 else None
-
-        main = await eventually(partial_on_main, timeout=10)
-        partial = main[1]["parts"][-1]["text"]
-        assert main[0] == question and partial and SLOW_TEXT.startswith(partial)
+        # The partial is kept on a branch of its own; main shows the edit.
+        record = await kept(client, "edit")
+        old = await fetch_history(url, AGENT, conversation, branch=record["id"])
+        partial = old[1]["parts"][-1]["text"]
+        assert old[0] == question and partial and SLOW_TEXT.startswith(partial)
         assert partial != SLOW_TEXT
+        now = await fetch_history(url, AGENT, conversation)
+        assert texts(now) == ["fast instead", "echo: fast instead"]
 
 
 async def test_a_reconnect_comes_back_to_the_viewed_branch(
@@ -228,11 +226,13 @@ async def test_a_reconnect_comes_back_to_the_viewed_branch(
     url = cluster.urls[0]
     async with ChatClient.connect(url, AGENT, conversation) as client:
         main = await two_turns(client)
-        assert await answered(await client.regenerate()) == "echo: two"
+        side = await create_branch(url, conversation, "side", main[1]["id"])
+        await client.switch_branch("side")
         fork = client.branch
+        assert fork == str(side["id"])
         socket = client.websocket
         assert socket is not None
-        reply = await client.send("slow on the fork")
+        reply = await client.send("slow on the side")
         chunks: list[dict[str, Any]] = []
         async with asyncio.timeout(40):
             async for chunk in reply:
@@ -240,7 +240,7 @@ async def test_a_reconnect_comes_back_to_the_viewed_branch(
                 if sum(c.get("type") == "text-delta" for c in chunks) == 5:
                     # A network failure: no closing handshake.
                     socket.transport.abort()
-        # The reply was resumed on a new socket viewing the fork (a socket on main would not
+        # The reply was resumed on a new socket viewing the branch (a socket on main would not
         # have been offered it).
         assert reply.outcome == "completed", reply.error
         assert await reply.text() == SLOW_TEXT
@@ -249,7 +249,7 @@ async def test_a_reconnect_comes_back_to_the_viewed_branch(
         assert ids(await fetch_history(url, AGENT, conversation, branch=fork)) == ids(
             client.messages
         )
-        # Chatting after the reconnect goes on on the fork.
+        # Chatting after the reconnect goes on on the branch.
         assert await answered(await client.send("after")) == "echo: after"
         on_fork = await fetch_history(url, AGENT, conversation, branch=fork)
         assert texts(on_fork)[-2:] == ["after", "echo: after"]
@@ -338,27 +338,28 @@ async def test_cli_branches(cluster: LocalCluster, conversation: str) -> None:
     assert prompts[1:3] == ["echo: hello\n", "echo: hi again\n"]
     listed = prompts[3].splitlines()
     assert len(listed) == 2, out
-    main_line = re.fullmatch(r"  (\d+)\tmain\t(assistant_\S+)", listed[0])
-    fork_line = re.fullmatch(r"\* (\d+)\t(edit-[0-9a-f]{8})\t(assistant_\S+)", listed[1])
-    assert main_line is not None and fork_line is not None, listed
-    fork_id, fork_name = fork_line[1], fork_line[2]
+    main_line = re.fullmatch(r"\* (\d+)\tmain\t(assistant_\S+)", listed[0])
+    kept_line = re.fullmatch(r"  (\d+)\t(edit-[0-9a-f]{8})\t(assistant_\S+)", listed[1])
+    assert main_line is not None and kept_line is not None, listed
+    kept_id, kept_name = kept_line[1], kept_line[2]
     assert prompts[4] == "you: hi again\nassistant: echo: hi again\n"
     assert prompts[5] == ""
-    assert prompts[6] == "you: hello\nassistant: echo: hello\n"
-    assert err.splitlines() == [f"(now on branch {fork_id}: {fork_name})", "(now on branch main)"]
+    assert prompts[6] == "you: hi again\nassistant: echo: hi again\n"
+    # The edit did not move the CLI.
+    assert err.splitlines() == ["(already on branch main)"]
 
     code, out, err = await run_cli(
-        "history", "--url", url, "--name", conversation, "--branch", fork_name
+        "history", "--url", url, "--name", conversation, "--branch", kept_name
     )
-    assert (code, out, err) == (0, "you: hi again\nassistant: echo: hi again\n", "")
-    code, out, err = await run_cli(*chat, "--branch", fork_id, "again")
+    assert (code, out, err) == (0, "you: hello\nassistant: echo: hello\n", "")
+    code, out, err = await run_cli(*chat, "--branch", kept_id, "again")
     assert (code, out, err) == (0, "echo: again\n", "")
     code, out, _ = await run_cli(
-        "history", "--url", url, "--name", conversation, "--branch", fork_id
+        "history", "--url", url, "--name", conversation, "--branch", kept_id
     )
     assert out.splitlines()[-2:] == ["you: again", "assistant: echo: again"]
     code, out, _ = await run_cli("history", "--url", url, "--name", conversation)
-    assert out == "you: hello\nassistant: echo: hello\n"
+    assert out == "you: hi again\nassistant: echo: hi again\n"
 
     code, out, err = await run_cli(*chat, "--branch", "nope", "hi")
     assert code == 1 and out == ""
@@ -384,27 +385,29 @@ async def test_siblings_after_a_regenerate(cluster: LocalCluster, conversation: 
         main = await two_turns(client)
         again = await client.regenerate()
         assert await answered(again) == "echo: two"
-        fork = client.branch
+        record = await kept(client, "regenerate")
         both = [main[3]["id"], again.message_id]
-        # On the viewed branch (the fork) by default; on main when named.
+        # Ids unique in the conversation are found wherever they are.
         assert await client.siblings(str(again.message_id)) == (both, 1)
-        assert await client.siblings(main[3]["id"], branch="main") == (both, 0)
+        assert await client.siblings(main[3]["id"]) == (both, 0)
+        assert await client.siblings(main[3]["id"], branch=record["name"]) == (both, 0)
         assert await client.siblings(main[2]["id"]) == ([main[2]["id"]], 0)
-        with pytest.raises(ClientError) as not_on_main:
-            await client.siblings(str(again.message_id), branch="main")
-        assert (not_on_main.value.code, not_on_main.value.status) == ("unknown_message", 404)
         assert await error_code(client.siblings("nope")) == "unknown_message"
         assert await error_code(client.siblings(main[0]["id"], branch="nope")) == "unknown_branch"
-        assert client.branch == fork
-        await client.switch_branch("main")
-        assert await client.siblings(main[3]["id"]) == (both, 0)
+        assert client.branch == "main"
         # What the HTTP API answers too.
         async with httpx.AsyncClient(base_url=url, timeout=20) as http:
             siblings = await http.get(
-                f"/agents/{AGENT}/{conversation}/messages/{again.message_id}/siblings",
-                params={"branch": fork},
+                f"/agents/{AGENT}/{conversation}/messages/{again.message_id}/siblings"
             )
-        assert siblings.json() == {"siblings": both, "index": 1}
+        assert siblings.json() == {
+            "siblings": both,
+            "index": 1,
+            "alternatives": [
+                {"message_id": both[0], "branch": str(record["id"]), "branch_name": record["name"]},
+                {"message_id": both[1], "branch": "main", "branch_name": "main"},
+            ],
+        }
 
 
 async def test_create_rename_fork_and_delete(cluster: LocalCluster, conversation: str) -> None:
@@ -473,16 +476,19 @@ async def test_deleting_the_viewed_branch_moves_the_client_to_main(
     async with ChatClient.connect(url, AGENT, conversation) as client:
         main = await two_turns(client)
         assert await answered(await client.regenerate()) == "echo: two"
-        fork = client.branch
+        now = ids(client.messages)
+        fork = str((await kept(client, "regenerate"))["id"])
+        await client.switch_branch(fork)
+        assert client.messages == main
         async with ChatClient.connect(cluster.urls[1], AGENT, conversation, branch=fork) as tab:
-            # By id: only the regenerated answer is the fork's alone.
+            # By id: only the replaced answer is the kept branch's alone.
             assert await client.delete_branch(fork) == 1
             assert client.branch == "main"
-            assert client.messages == main
+            assert ids(client.messages) == now
 
             # The other tab on it is moved too.
             async def tab_on_main() -> bool:
-                return tab.branch == "main" and tab.messages == main
+                return tab.branch == "main" and ids(tab.messages) == now
 
             await eventually(tab_on_main, timeout=10)
 
@@ -492,7 +498,7 @@ async def test_deleting_the_viewed_branch_moves_the_client_to_main(
         side = client.branch
         assert await answered(await client.send("three")) == "echo: three"
         assert await client.delete_branch("side") == 2
-        assert (client.branch, client.messages) == ("main", main)
+        assert (client.branch, ids(client.messages)) == ("main", now)
         assert [b["name"] for b in await client.branches()] == ["main"]
         # The client goes on on main.
         assert await answered(await client.send("after")) == "echo: after"
@@ -543,15 +549,15 @@ async def test_cli_branch_operations(cluster: LocalCluster, conversation: str) -
     code, out, err = await run_cli(*chat, stdin="".join(f"{c}\n" for c in commands))
     assert code == 0, err
     prompts = out.split("you> ")
-    assert prompts[1:6] == ["echo: hello\n", "echo: hello\n", "2 / 2\n", "", "1 / 2\n"]
+    # The regenerate keeps the CLI on main, where the new reply is the second of two.
+    assert prompts[1:6] == ["echo: hello\n", "echo: hello\n", "2 / 2\n", "", "2 / 2\n"]
     assert prompts[6:] == ["", "", "", "", "", "", "", "", "\n"]
     listed = err.splitlines()
-    fork = re.fullmatch(r"\(now on branch (\d+): regenerate-[0-9a-f]{8}\)", listed[0])
-    created = re.fullmatch(r"\(created branch (\d+): side\)", listed[2])
-    assert fork is not None and created is not None, listed
+    created = re.fullmatch(r"\(created branch (\d+): side\)", listed[1])
+    assert created is not None, listed
     side = created[1]
-    assert listed[1:] == [
-        "(now on branch main)",
+    assert listed == [
+        "(already on branch main)",
         f"(created branch {side}: side)",
         f"(renamed branch {side}: side-2)",
         f"(now on branch {side}: side-2)",

@@ -13,6 +13,7 @@ from sqlalchemy import func, inspect, select, text
 
 from durachat_infra.store import (
     MAIN_BRANCH,
+    AmbiguousMessageError,
     BranchExistsError,
     BranchRecord,
     Conversation,
@@ -72,6 +73,14 @@ async def path_of(store: StorePort, conv: Conversation, branch: int | str) -> li
 
 async def all_message_ids(backend: StoreBackend, conv: Conversation) -> list[str]:
     return await backend.message_ids(conv.id)
+
+
+async def alternatives(
+    store: StorePort, conv: Conversation, message_id: str, ref: int | str | None = None
+) -> tuple[tuple[str, ...], int] | None:
+    """The siblings' ids and the index, without the branches that show them."""
+    found = await store.siblings(conv.id, message_id, ref)
+    return None if found is None else (found.ids, found.index)
 
 
 async def branch(store: StorePort, conv: Conversation, ref: int | str) -> BranchRecord:
@@ -178,13 +187,16 @@ async def test_siblings_are_the_children_of_the_parent_in_sequence_order(
     [a1c, _u2] = await chain(store, conv, u1, "a1c", "u2")
     await point(store, conv, MAIN_BRANCH, a1c)
 
-    assert await store.siblings(conv.id, "a1c") == Siblings(("a1", "a1b", "a1c"), 2)
-    assert await store.siblings(conv.id, "a1c", MAIN_BRANCH) == Siblings(("a1", "a1b", "a1c"), 2)
-    assert await store.siblings(conv.id, "u1") == Siblings(("u1",), 0)
-    # a1 exists but is not on main's path: seen from main it is not there.
-    assert await store.siblings(conv.id, "a1") is None
-    assert await store.siblings(conv.id, "u2") is None
+    assert await alternatives(store, conv, "a1c") == (("a1", "a1b", "a1c"), 2)
+    assert await alternatives(store, conv, "a1c", MAIN_BRANCH) == (("a1", "a1b", "a1c"), 2)
+    assert await alternatives(store, conv, "u1") == (("u1",), 0)
+    # a1 is on no branch's path, but its id is unique in the conversation: found by id alone.
+    assert await alternatives(store, conv, "a1") == (("a1", "a1b", "a1c"), 0)
+    assert await alternatives(store, conv, "a1", MAIN_BRANCH) == (("a1", "a1b", "a1c"), 0)
+    assert await alternatives(store, conv, "u2") == (("u2",), 0)
     assert await store.siblings(conv.id, "missing") is None
+    with pytest.raises(UnknownBranchError):
+        await store.siblings(conv.id, "a1", "nope")
 
 
 async def test_siblings_of_roots_and_of_a_repeated_id_follow_the_branch(
@@ -197,10 +209,44 @@ async def test_siblings_of_roots_and_of_a_repeated_id_follow_the_branch(
     await point(store, conv, "edit", second[-1])
     edit = await branch(store, conv, "edit")
 
-    assert await store.siblings(conv.id, "u1", MAIN_BRANCH) == Siblings(("u1", "u1"), 0)
-    assert await store.siblings(conv.id, "u1", "edit") == Siblings(("u1", "u1"), 1)
-    assert await store.siblings(conv.id, "u1", edit.id) == Siblings(("u1", "u1"), 1)
-    assert await store.siblings(conv.id, "a1x", "edit") == Siblings(("a1x",), 0)
+    assert await alternatives(store, conv, "u1", MAIN_BRANCH) == (("u1", "u1"), 0)
+    assert await alternatives(store, conv, "u1", "edit") == (("u1", "u1"), 1)
+    assert await alternatives(store, conv, "u1", edit.id) == (("u1", "u1"), 1)
+    assert await alternatives(store, conv, "a1x", "edit") == (("a1x",), 0)
+    # Ambiguous without a branch: main decides while it holds one of them.
+    assert await alternatives(store, conv, "u1") == (("u1", "u1"), 0)
+    await point(store, conv, MAIN_BRANCH, None)
+    with pytest.raises(AmbiguousMessageError):
+        await store.siblings(conv.id, "u1")
+    assert await alternatives(store, conv, "u1", "edit") == (("u1", "u1"), 1)
+
+
+async def test_each_sibling_says_which_branch_shows_it(
+    store: StorePort, conv: Conversation
+) -> None:
+    u1, a1, u2 = await chain(store, conv, None, "u1", "a1", "u2")
+    [a1b] = await chain(store, conv, u1, "a1b")
+    [_a1c] = await chain(store, conv, u1, "a1c")  # reached by no branch
+    await point(store, conv, MAIN_BRANCH, a1b)
+    await point(store, conv, "old", u2)
+    await point(store, conv, "older", a1)
+    main, old = await branch(store, conv, MAIN_BRANCH), await branch(store, conv, "old")
+    older = await branch(store, conv, "older")
+
+    def shown(found: Siblings | None) -> list[tuple[int, str] | None]:
+        assert found is not None
+        return [None if s is None else (s.id, s.name) for s in found.shown_on]
+
+    # Seen from main: a1 is on `old` and `older`; the one updated last shows it.
+    found = await store.siblings(conv.id, "a1b")
+    assert shown(found) == [(older.id, "older"), (main.id, "main"), None]
+    assert found is not None
+    assert [s.ref if s else None for s in found.shown_on] == [str(older.id), "main", None]
+    # Seen from `old`, its own path shows a1.
+    assert shown(await store.siblings(conv.id, "a1", "old"))[0] == (old.id, "old")
+    # Roots: every branch's path holds u1.
+    assert shown(await store.siblings(conv.id, "u1")) == [(main.id, "main")]
+    assert shown(await store.siblings(conv.id, "u1", "old")) == [(old.id, "old")]
 
 
 async def test_siblings_do_not_see_other_conversations(
@@ -213,7 +259,7 @@ async def test_siblings_do_not_see_other_conversations(
     [u1] = await chain(store, conv, None, "u1")
     await point(store, conv, MAIN_BRANCH, u1)
 
-    assert await store.siblings(conv.id, "u1") == Siblings(("u1",), 0)
+    assert await alternatives(store, conv, "u1") == (("u1",), 0)
 
 
 # Creating and renaming.
@@ -260,7 +306,30 @@ async def test_create_branch_at_root_starts_empty_above_the_first_message(
         main.id,
     )
     assert await store.transcript(conv.key, "edit") == [msg("u1", text="edited")]
-    assert await store.siblings(conv.id, "u1", "edit") == Siblings(("u1", "u1"), 1)
+    assert await alternatives(store, conv, "u1", "edit") == (("u1", "u1"), 1)
+    assert await path_of(store, conv, MAIN_BRANCH) == ["u1", "a1"]
+
+
+async def test_create_branch_can_keep_the_leaf_and_record_an_earlier_fork_point(
+    store: StorePort, conv: Conversation
+) -> None:
+    # What an edit or a regenerate does before it rewinds the branch: keep the path it replaces.
+    pks = await chain(store, conv, None, "u1", "a1", "u2", "a2")
+    await point(store, conv, MAIN_BRANCH, pks[-1])
+    main = await branch(store, conv, MAIN_BRANCH)
+
+    async with store.transaction(conv.id, EPOCH) as tx:
+        kept = await tx.create_branch("kept", fork_message_id="a1", keep_leaf=True)
+        whole = await tx.create_branch("whole", fork_message_id="a1", at_root=True, keep_leaf=True)
+        await tx.set_leaf(MAIN_BRANCH, pks[1])
+
+    assert (kept.leaf_message_id, kept.fork_message_id, kept.parent_branch_id) == (
+        "a2",
+        "a1",
+        main.id,
+    )
+    assert (whole.leaf_message_id, whole.fork_message_id) == ("a2", None)
+    assert await path_of(store, conv, "kept") == ["u1", "a1", "u2", "a2"]
     assert await path_of(store, conv, MAIN_BRANCH) == ["u1", "a1"]
 
 
@@ -432,7 +501,7 @@ async def test_delete_branch_takes_the_alternatives_abandoned_on_it_but_no_other
 
     assert deleted == 4
     assert await all_message_ids(backend, conv) == ["u1", "a1", "a1b"]
-    assert await store.siblings(conv.id, "a1b") == Siblings(("a1", "a1b"), 1)
+    assert await alternatives(store, conv, "a1b") == (("a1", "a1b"), 1)
 
 
 async def test_deleting_a_branch_inside_another_deletes_no_message(
@@ -667,7 +736,8 @@ async def test_migration_keeps_existing_conversations_on_main(empty_database_url
         assert [m.message_id for m in await store.load_path(kept.id)] == ["u1", "a1b"]
         assert [b.name for b in await store.list_branches(kept.id)] == [MAIN_BRANCH, "old"]
         assert await path_of(store, kept, "old") == ["u1", "a1"]
-        assert await store.siblings(kept.id, "a1b") == Siblings(("a1", "a1b"), 1)
+        found = await store.siblings(kept.id, "a1b")
+        assert found is not None and (found.ids, found.index) == (("a1", "a1b"), 1)
         [main] = await store.list_branches(orphan.id)
         assert (main.name, main.leaf_message_id) == (MAIN_BRANCH, "o2")
         assert await path_of(store, orphan, MAIN_BRANCH) == ["o1", "o2"]

@@ -22,6 +22,7 @@ from durachat.protocol.server_frames import (
     mcp_servers_frame,
     rejected_request_frame,
 )
+from durachat_gateway.aisdk import aisdk_router
 from durachat_gateway.branch_frames import BRANCH_FRAMES, branch_frame, resolve_branch
 from durachat_gateway.branch_writes import branch_write_router
 from durachat_gateway.branches_api import (
@@ -33,6 +34,7 @@ from durachat_gateway.branches_api import (
 from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import ClientConnection
 from durachat_gateway.forwarder import Forwarder, ForwardError
+from durachat_gateway.playground import mount_playground
 from durachat_gateway.readiness import readiness_router
 from durachat_infra.cluster import ClusterView
 from durachat_infra.eventlog import LogReader
@@ -121,6 +123,11 @@ def build_app(settings: GatewaySettings) -> FastAPI:
     # The branch read API (before the `/agents/{path}` catch-all below).
     app.include_router(branch_router(rt, settings.tenant))
     app.include_router(branch_write_router(rt, settings.tenant))
+    # The AI SDK's HTTP chat transport (useChat); token checks hook in as `authorize`.
+    app.include_router(
+        aisdk_router(rt, settings.tenant, send_queue_limit=settings.send_queue_limit)
+    )
+    mount_playground(app)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

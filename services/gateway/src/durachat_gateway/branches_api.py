@@ -6,7 +6,7 @@ owner shard. Writes (create, rename, delete, fork) will go through the owner sha
 the conversation's live state; they are not served here.
 
 Errors are JSON `{"code", "message"}` with a stable `code`: 404 `unknown_agent`,
-`unknown_branch`, `unknown_message`; 503 `database_unavailable`.
+`unknown_branch`, `unknown_message`; 409 `ambiguous_message`; 503 `database_unavailable`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from durachat_infra.store import (
     MAIN_BRANCH,
+    AmbiguousMessageError,
     BranchRef,
     ConversationKey,
     DatabaseUnavailableError,
@@ -46,7 +47,8 @@ class ErrorBody(BaseModel):
     """An error of the branch API."""
 
     code: str = Field(
-        description="stable: unknown_agent, unknown_branch, unknown_message, database_unavailable"
+        description="stable: unknown_agent, unknown_branch, unknown_message, "
+        "ambiguous_message, database_unavailable"
     )
     message: str = Field(description="for humans; may change")
 
@@ -75,12 +77,26 @@ class BranchList(BaseModel):
     branches: list[BranchOut]
 
 
+class AlternativeOut(BaseModel):
+    """One sibling, and where to view it."""
+
+    message_id: str = Field(description="its UIMessage id (an edit keeps the edited one's)")
+    branch: str | None = Field(
+        description="a branch whose path holds it, as a client names it (`main`, or the "
+        "branch's id): the asked-about branch if it does, else the one updated last; view it "
+        "with `?branch=` or `durachat_branch_switch`. null: no branch reaches it"
+    )
+    branch_name: str | None = Field(description="that branch's name")
+
+
 class SiblingsOut(BaseModel):
     """The alternatives of a message for a "2 / 3" picker: every child of its parent, oldest
-    first, the message itself included, and its position among them."""
+    first, the message itself included, its position among them, and the branch that shows
+    each (so `<` and `>` can switch to it)."""
 
     siblings: list[str] = Field(description="UIMessage ids, oldest first")
     index: int = Field(description="position of the message in `siblings` (0-based)")
+    alternatives: list[AlternativeOut] = Field(description="the same siblings, with a branch")
 
 
 class BranchReads(Protocol):
@@ -100,6 +116,15 @@ BRANCH_QUERY_DESCRIPTION: Final = (
 _ERRORS: Final[dict[int | str, dict[str, Any]]] = {
     404: {"model": ErrorBody, "description": "unknown agent, branch or message"},
     503: {"model": ErrorBody, "description": "the database is unavailable (retry)"},
+}
+
+_SIBLING_ERRORS: Final[dict[int | str, dict[str, Any]]] = {
+    **_ERRORS,
+    409: {
+        "model": ErrorBody,
+        "description": "`ambiguous_message`: the id occurs more than once and not on `main`; "
+        "name the branch",
+    },
 }
 
 GET_MESSAGES_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
@@ -164,26 +189,44 @@ async def branch_messages(store: Store, key: ConversationKey, branch: str) -> Re
 async def siblings_of(
     store: Store, key: ConversationKey, message_id: str, branch: str | None
 ) -> tuple[int, dict[str, Any]]:
-    """The siblings answer as `(status, body)`: 200 `{"siblings", "index"}`, or 404
-    `unknown_branch` / `unknown_message`.
+    """The siblings answer as `(status, body)`: 200 `{"siblings", "index", "alternatives"}`,
+    404 `unknown_branch` / `unknown_message`, or 409 `ambiguous_message`.
+
+    The message is looked for on `branch`'s path when one is named, else (or when it is not
+    there) by its id alone; an id that occurs more than once needs the branch, unless `main`
+    holds it (docs/branching.md#http-api-read).
 
     Raises:
         DatabaseUnavailableError: SQL is unreachable.
     """
-    ref = _ref(branch)
+    ref = parse_branch_ref(branch) if branch else None
     conversation = await store.find_conversation(key)
     found = None
     if conversation is None:
-        if ref != MAIN_BRANCH:
+        if ref is not None and ref != MAIN_BRANCH:
             return 404, _body("unknown_branch", _no_branch(ref))
     else:
         try:
             found = await store.siblings(conversation.id, message_id, ref)
         except UnknownBranchError:
-            return 404, _body("unknown_branch", _no_branch(ref))
+            return 404, _body("unknown_branch", _no_branch(ref or MAIN_BRANCH))
+        except AmbiguousMessageError:
+            return 409, _body(
+                "ambiguous_message",
+                f"message {message_id!r} occurs on several branches: name the branch",
+            )
     if found is None:
-        return 404, _body("unknown_message", f"message {message_id!r} is not on the branch {ref!r}")
-    return 200, {"siblings": list(found.ids), "index": found.index}
+        where = "in the conversation" if ref is None else f"on the branch {ref!r}"
+        return 404, _body("unknown_message", f"message {message_id!r} is not {where}")
+    alternatives = [
+        {
+            "message_id": sibling,
+            "branch": None if shown is None else shown.ref,
+            "branch_name": None if shown is None else shown.name,
+        }
+        for sibling, shown in zip(found.ids, found.shown_on, strict=True)
+    ]
+    return 200, {"siblings": list(found.ids), "index": found.index, "alternatives": alternatives}
 
 
 def _body(code: str, message: str) -> dict[str, Any]:
@@ -224,14 +267,18 @@ def branch_router(runtime: Callable[[], BranchReads], tenant: str) -> APIRouter:
     @router.get(
         "/agents/{agent}/{name}/messages/{message_id}/siblings",
         response_model=SiblingsOut,
-        responses=_ERRORS,
-        summary="The alternatives of a message on a branch",
+        responses=_SIBLING_ERRORS,
+        summary="The alternatives of a message, and the branch that shows each",
     )
     async def siblings(
         agent: str = Path(description="the agent (kebab-case class name)"),
         name: str = Path(description="the conversation's name"),
-        message_id: str = Path(description="UIMessage id of a message on the branch's path"),
-        branch: str | None = Query(None, description=BRANCH_QUERY_DESCRIPTION),
+        message_id: str = Path(description="UIMessage id of the message"),
+        branch: str | None = Query(
+            None,
+            description="the branch whose path holds the message (its id or name); needed "
+            "only when the id occurs more than once in the conversation and not on `main`",
+        ),
     ) -> Response:
         if (denied := unknown_agent(agent)) is not None:
             return denied

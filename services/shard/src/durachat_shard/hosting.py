@@ -277,7 +277,6 @@ class Conversations:
             ),
         )
         agent.host = actor.host
-        actor.open_branch = lambda other: self.get(key, other)
         if branch == MAIN_BRANCH:
             actor.on_cleared = lambda: self._drop_branches(key)
         try:

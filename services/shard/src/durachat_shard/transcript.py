@@ -2,9 +2,9 @@
 
 The transcript is the path from the root of the message tree to the branch's leaf. Changes
 follow the reference's persistence rules (reconcile, sanitize, upsert) mapped onto the tree. A
-chat request whose transcript leaves the path (a regenerate, an edit) is not applied here at
-all: `fork_of` says where it leaves, and the shard answers it on a new branch forked there, so
-nothing is deleted or overwritten.
+chat request whose transcript leaves the path (a regenerate, an edit) is not applied as it
+is: `fork_of` says where it leaves, the shard keeps the path below that point as a new branch
+and rewinds this one there (`rewind`, `cut`), so nothing is deleted or overwritten.
 
 Every change is made in memory at once and returned as a `Change`: the SQL operations that make
 it durable, applied later in one fenced transaction. The owner applies changes in the order it
@@ -125,8 +125,6 @@ class Fork:
     """How many messages of the path the new branch keeps: it forks below message `at - 1`
     (at the root for 0)."""
     kind: Literal["edit", "regenerate"]
-    branch: str = ""
-    """The id of the branch forked, once there is one."""
 
 
 class Transcript:
@@ -274,6 +272,17 @@ class Transcript:
         self._append(change, [message])
         change.ops.append(_Op("leaf", node=self._leaf))
         return change
+
+    def rewind(self, at: int) -> Change:
+        """The change that moves the branch's leaf back to message `at - 1` (empties it for
+        0); memory is left as it is until `cut`, so a failed write changes nothing. The
+        messages below stay in the tree (the shard keeps them as a branch first)."""
+        return Change(self._branch, [_Op("leaf", node=self._nodes[at - 1] if at else None)])
+
+    def cut(self, at: int) -> None:
+        """Drop the messages from `at` on from the path in memory, once `rewind`'s change
+        is durable."""
+        del self._nodes[at:]
 
     def trim(self, keep: int) -> Change:
         """Keep only the newest `keep` messages of the path; older ones are deleted, with

@@ -25,6 +25,7 @@ from durachat_infra.store._records import (
     ConversationKey,
     IncidentRecord,
     OpenTurn,
+    ShownOn,
     Siblings,
     StoredMessage,
     ToolCallRecord,
@@ -37,6 +38,7 @@ from durachat_infra.store._records import (
 from durachat_infra.store._store import Store
 from durachat_infra.store._transaction import FencedTransaction
 from durachat_infra.store.errors import (
+    AmbiguousMessageError,
     BranchExistsError,
     ConversationExistsError,
     DatabaseUnavailableError,
@@ -53,6 +55,7 @@ __all__ = [
     "MAIN_BRANCH",
     "MAX_BRANCH_NAME",
     "OPEN_TURN_STATUSES",
+    "AmbiguousMessageError",
     "BranchExistsError",
     "BranchRecord",
     "BranchRef",
@@ -65,6 +68,7 @@ __all__ = [
     "IncidentRecord",
     "MainBranchError",
     "OpenTurn",
+    "ShownOn",
     "Siblings",
     "Store",
     "StoreError",

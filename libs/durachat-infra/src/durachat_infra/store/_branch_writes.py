@@ -28,6 +28,7 @@ class BranchWrites(TransactionCore):
         from_branch: BranchRef = MAIN_BRANCH,
         fork_message_id: str | None = None,
         at_root: bool = False,
+        keep_leaf: bool = False,
     ) -> BranchRecord:
         """Create the branch `name`, forked from `from_branch` at one of its messages.
 
@@ -43,6 +44,9 @@ class BranchWrites(TransactionCore):
                 forks at its leaf (an empty `from_branch` gives an empty branch).
             at_root: fork above the first message instead: the new branch starts empty, and
                 what is written to it becomes a new root (an edit of the first message).
+            keep_leaf: the new branch's leaf is `from_branch`'s leaf instead, and the fork
+                message only its recorded fork point: it keeps the path below the fork point
+                that an edit or a regenerate is about to replace on `from_branch`.
 
         Raises:
             ValueError: `name` is not a valid branch name.
@@ -69,7 +73,7 @@ class BranchWrites(TransactionCore):
                     ["conversation_id", "name"],
                     conversation_id=cid,
                     name=name,
-                    leaf_id=fork_pk,
+                    leaf_id=source.leaf_id if keep_leaf else fork_pk,
                     parent_branch_id=source.id,
                     fork_message_id=fork_pk,
                 ).returning(Branch.id)

@@ -26,8 +26,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 
-from durachat.protocol import BranchRef
-from durachat_infra.store._records import MAX_BRANCH_ID, BranchRecord, Siblings
+from durachat.protocol import MAIN_BRANCH, BranchRef
+from durachat_infra.store._records import MAX_BRANCH_ID, BranchRecord, ShownOn, Siblings
+from durachat_infra.store.errors import AmbiguousMessageError, UnknownBranchError
 from durachat_infra.store.models import Branch, Message
 
 AnyRow: TypeAlias = Row[*tuple[Any, ...]]
@@ -152,21 +153,140 @@ async def occurrence(
     return None if row is None else (row.id, row.parent_id)
 
 
-async def siblings_of(
-    conn: AsyncConnection, conversation_id: int, pk: int, parent_pk: int | None
-) -> Siblings:
-    """The children of `parent_pk` (the roots for `None`) in sequence order, and where `pk` is
-    among them."""
+async def find_siblings(
+    conn: AsyncConnection, conversation_id: int, message_id: str, branch: BranchRef | None
+) -> Siblings | None:
+    """The siblings of a message and the branches that show them (`Store.siblings`).
+
+    The message is the occurrence on `branch`'s path nearest its leaf; failing that (or with no
+    branch), the only message with that id in the conversation. An id that occurs more than
+    once is looked for on `main` when no branch is named.
+    """
+    viewer = None
+    spot = None
+    if branch is not None:
+        viewer = await resolve(conn, conversation_id, branch)
+        if viewer is None:
+            raise UnknownBranchError(conversation_id, branch)
+        spot = await occurrence(conn, viewer.leaf_id, message_id)
+    if spot is None:
+        rows = (
+            await conn.execute(
+                select(Message.id, Message.parent_id)
+                .where(Message.conversation_id == conversation_id, Message.message_id == message_id)
+                .limit(2)
+            )
+        ).all()
+        if len(rows) == 1:
+            spot = (rows[0].id, rows[0].parent_id)
+        elif rows and branch is None:
+            viewer = await resolve(conn, conversation_id, MAIN_BRANCH)
+            spot = None if viewer is None else await occurrence(conn, viewer.leaf_id, message_id)
+            if spot is None:
+                raise AmbiguousMessageError(conversation_id, message_id)
+    if spot is None:
+        return None
+    if viewer is None:
+        viewer = await resolve(conn, conversation_id, MAIN_BRANCH)
+    pk, parent_pk = spot
     parent = Message.parent_id.is_(None) if parent_pk is None else Message.parent_id == parent_pk
-    rows = (
+    children = (
         await conn.execute(
             select(Message.id, Message.message_id)
             .where(Message.conversation_id == conversation_id, parent)
             .order_by(Message.seq)
         )
     ).all()
-    keys = [row.id for row in rows]
-    return Siblings(ids=tuple(row.message_id for row in rows), index=keys.index(pk))
+    keys = [row.id for row in children]
+    prefer = None if viewer is None else viewer.id
+    at_parent = (
+        Branch.fork_message_id.is_(None)
+        if parent_pk is None
+        else (Branch.fork_message_id == parent_pk)
+    )
+    forks = select(Branch.parent_branch_id).where(
+        Branch.conversation_id == conversation_id,
+        at_parent,
+        Branch.parent_branch_id.is_not(None),
+    )
+    # Most alternatives are shown on a branch forked at their parent (an edit or a regenerate
+    # keeps one there) or on the branch it was forked from: walk those first, and every
+    # branch only for the siblings they miss.
+    forked_here = at_parent | Branch.id.in_(forks.scalar_subquery())
+    if prefer is not None:
+        forked_here = forked_here | (Branch.id == prefer)
+    near = list(
+        (
+            await conn.scalars(
+                select(Branch.id).where(Branch.conversation_id == conversation_id, forked_here)
+            )
+        ).all()
+    )
+    shown = await _shown_on(conn, conversation_id, parent_pk, keys, Branch.id.in_(near))
+    missing = [key for key in keys if not shown.get(key)]
+    if missing:
+        others = Branch.id.not_in(near)
+        shown.update(await _shown_on(conn, conversation_id, parent_pk, missing, others))
+    return Siblings(
+        ids=tuple(row.message_id for row in children),
+        index=keys.index(pk),
+        shown_on=tuple(_pick(shown.get(key, []), prefer) for key in keys),
+    )
+
+
+async def _shown_on(
+    conn: AsyncConnection,
+    conversation_id: int,
+    parent_pk: int | None,
+    siblings: list[int],
+    which: ColumnElement[bool],
+) -> dict[int, list[tuple[int, str, Any]]]:
+    """For each sibling (a child of `parent_pk`), the branches (among those matching `which`)
+    whose path holds it: `(id, name, updated_at)`.
+
+    Each branch's path is walked up from its leaf until it meets a sibling, or the path above
+    the siblings' parent (which no sibling is below): only the part of the tree below the
+    branches' meeting points with that path is read.
+    """
+    above = await path_ids(conn, parent_pk)
+    up = (
+        select(
+            Branch.id.label("branch_id"),
+            Message.id.label("id"),
+            Message.parent_id.label("parent_id"),
+        )
+        .join(Message, Message.id == Branch.leaf_id)
+        .where(Branch.conversation_id == conversation_id, which)
+        .cte("shown_on", recursive=True)
+    )
+    parent = aliased(Message)
+    up = up.union_all(
+        select(up.c.branch_id, parent.id, parent.parent_id).where(
+            parent.id == up.c.parent_id,
+            up.c.id.not_in(siblings),
+            up.c.parent_id.not_in(above),
+        )
+    )
+    rows = await conn.execute(
+        select(up.c.id, Branch.id, Branch.name, Branch.updated_at)
+        .join(Branch, Branch.id == up.c.branch_id)
+        .where(up.c.id.in_(siblings))
+    )
+    shown: dict[int, list[tuple[int, str, Any]]] = {}
+    for row in rows:
+        shown.setdefault(row[0], []).append((row[1], row[2], row[3]))
+    return shown
+
+
+def _pick(branches: list[tuple[int, str, Any]], prefer: int | None) -> ShownOn | None:
+    """The branch to show a sibling on: `prefer` if it holds it, else the one updated last
+    (of those found)."""
+    if not branches:
+        return None
+    chosen = next((b for b in branches if b[0] == prefer), None)
+    if chosen is None:
+        chosen = max(branches, key=lambda b: (b[2], b[0]))
+    return ShownOn(id=chosen[0], name=chosen[1])
 
 
 def _reach(conversation_id: int) -> CTE:

@@ -14,18 +14,19 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, cast
 
-from durachat.protocol import BranchRef
+from durachat.protocol import MAIN_BRANCH, BranchRef
 from durachat_infra.store._records import (
     MAX_BRANCH_ID,
     BranchRecord,
     ConversationKey,
+    ShownOn,
     Siblings,
     StoredMessage,
     TurnKind,
     TurnRecord,
     TurnStatus,
 )
-from durachat_infra.store.errors import StoreError
+from durachat_infra.store.errors import AmbiguousMessageError, StoreError, UnknownBranchError
 
 
 def encode(value: Any, action: str) -> str | None:
@@ -231,17 +232,64 @@ def occurrence(state: ConversationState, leaf_pk: int | None, message_id: str) -
     )
 
 
-def siblings_of(state: ConversationState, row: MessageRow) -> Siblings:
-    """The children of the row's parent (the roots, for a root) by sequence number, and where
-    the row is among them."""
+def find_siblings(
+    state: ConversationState, conversation_id: int, message_id: str, branch: BranchRef | None
+) -> Siblings | None:
+    """The siblings of a message and the branches that show them, found as
+    `Store.siblings` documents."""
+    viewer = None
+    row = None
+    if branch is not None:
+        viewer = resolve(state, branch)
+        if viewer is None:
+            raise UnknownBranchError(conversation_id, branch)
+        row = occurrence(state, viewer.leaf_pk, message_id)
+    if row is None:
+        rows = [m for m in state.messages.values() if m.message_id == message_id]
+        if len(rows) == 1:
+            row = rows[0]
+        elif rows and branch is None:
+            viewer = resolve(state, MAIN_BRANCH)
+            row = None if viewer is None else occurrence(state, viewer.leaf_pk, message_id)
+            if row is None:
+                raise AmbiguousMessageError(conversation_id, message_id)
+    if row is None:
+        return None
+    if viewer is None:
+        viewer = resolve(state, MAIN_BRANCH)
     children = sorted(
         (other for other in state.messages.values() if other.parent_pk == row.parent_pk),
         key=lambda other: other.seq,
     )
+    keys = [child.pk for child in children]
+    holders: dict[int, list[BranchRow]] = {}
+    for candidate in state.branches.values():
+        for step in path(state, candidate.leaf_pk):
+            if step.pk in keys:
+                holders.setdefault(step.pk, []).append(candidate)
+    prefer = None if viewer is None else viewer.id
+    at_parent = [b for b in state.branches.values() if b.fork_pk == row.parent_pk]
+    near = {b.id for b in at_parent} | {b.parent_branch_id for b in at_parent}
     return Siblings(
         ids=tuple(child.message_id for child in children),
-        index=[child.pk for child in children].index(row.pk),
+        index=keys.index(row.pk),
+        shown_on=tuple(_shown_on(holders.get(key, []), prefer, near) for key in keys),
     )
+
+
+def _shown_on(
+    branches: list[BranchRow], prefer: int | None, near: set[int | None]
+) -> ShownOn | None:
+    """`prefer` if it holds the sibling; else, of the branches forked at the siblings' parent
+    or forked from there (`near`) that hold it (or, if none does, of all that do), the one
+    updated last."""
+    if not branches:
+        return None
+    chosen = next((b for b in branches if b.id == prefer), None)
+    if chosen is None:
+        close = [b for b in branches if b.id in near]
+        chosen = max(close or branches, key=lambda b: (b.updated_at, b.id))
+    return ShownOn(id=chosen.id, name=chosen.name)
 
 
 def remove_messages(state: ConversationState, pks: set[int]) -> None:

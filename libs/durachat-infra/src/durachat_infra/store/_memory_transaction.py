@@ -238,8 +238,10 @@ class MemoryTransaction:
         from_branch: BranchRef = MAIN_BRANCH,
         fork_message_id: str | None = None,
         at_root: bool = False,
+        keep_leaf: bool = False,
     ) -> BranchRecord:
-        """Create branch `name` forked from `from_branch` at one of its messages."""
+        """Create branch `name` forked from `from_branch` at one of its messages (with
+        `keep_leaf`, at `from_branch`'s leaf, the message being only its fork point)."""
         check_branch_name(name)
         with self._op("create branch") as state:
             cid = self.conversation_id
@@ -255,8 +257,9 @@ class MemoryTransaction:
             if resolve(state, name) is not None:
                 raise BranchExistsError(cid, name)
             now = utcnow()
+            leaf = source.leaf_pk if keep_leaf else fork_pk
             row = BranchRow(
-                self._database.next_id("branch"), name, fork_pk, source.id, fork_pk, now, now
+                self._database.next_id("branch"), name, leaf, source.id, fork_pk, now, now
             )
             state.branches[row.id] = row
             return branch_record(state, row)

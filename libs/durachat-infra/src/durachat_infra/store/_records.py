@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal, get_args
 
-from durachat.protocol import BranchRef
+from durachat.protocol import MAIN_BRANCH, BranchRef
 
 TurnKind = Literal["submit", "regenerate", "continuation", "programmatic"]
 """What started a turn."""
@@ -213,6 +213,19 @@ class BranchRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ShownOn:
+    """A branch whose path holds a message: viewing it shows that message."""
+
+    id: int
+    name: str
+
+    @property
+    def ref(self) -> str:
+        """How the branch is named on the wire: `main`, or its id."""
+        return MAIN_BRANCH if self.name == MAIN_BRANCH else str(self.id)
+
+
+@dataclass(frozen=True, slots=True)
 class Siblings:
     """The alternatives of one message: every child of its parent (what a "2 / 3" picker
     shows).
@@ -221,10 +234,14 @@ class Siblings:
         ids: the UIMessage ids of the siblings, oldest first (by sequence number), the message
             itself included.
         index: the position of the message in `ids`.
+        shown_on: for each sibling, a branch whose path holds it (the branch the siblings were
+            asked from if it does, else the one updated last), or `None` when no branch
+            reaches it; empty when not looked up.
     """
 
     ids: tuple[str, ...]
     index: int
+    shown_on: tuple[ShownOn | None, ...] = ()
 
 
 def parse_branch_ref(text: str) -> BranchRef:

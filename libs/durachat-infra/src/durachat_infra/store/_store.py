@@ -241,28 +241,27 @@ class Store(TurnReads):
         ]
 
     async def siblings(
-        self, conversation_id: int, message_id: str, branch: BranchRef = MAIN_BRANCH
+        self, conversation_id: int, message_id: str, branch: BranchRef | None = None
     ) -> Siblings | None:
-        """The alternatives of a message as seen from a branch: the UIMessage ids of every
-        child of its parent (every root, for a root), oldest first, and the message's index.
+        """The alternatives of a message: the UIMessage ids of every child of its parent (every
+        root, for a root), oldest first, the message's index, and for each the branch that
+        shows it (`Siblings.shown_on`).
 
-        The message is looked for on the branch's path (nearest the leaf if its id occurs twice
-        there), since a UIMessage id may occur on several branches.
+        A UIMessage id may occur more than once (an edit keeps its message's id). The message
+        is looked for on `branch`'s path (nearest its leaf) when one is named; otherwise, or
+        when it is not there, it is the only message with that id in the conversation. With
+        no branch named, an id that occurs more than once is looked for on `main`.
 
         Returns:
-            The siblings, or `None` if the message is not on the branch's path.
+            The siblings, or `None` if no such message is found.
 
         Raises:
             UnknownBranchError: the conversation has no such branch.
+            AmbiguousMessageError: no branch was named, the id occurs more than once, and
+                none of its occurrences is on `main`.
         """
         async with self._read("list siblings") as conn:
-            found = await _branches.resolve(conn, conversation_id, branch)
-            if found is None:
-                raise UnknownBranchError(conversation_id, branch)
-            spot = await _branches.occurrence(conn, found.leaf_id, message_id)
-            if spot is None:
-                return None
-            return await _branches.siblings_of(conn, conversation_id, *spot)
+            return await _branches.find_siblings(conn, conversation_id, message_id, branch)
 
     async def fork_conversation(
         self, source: ConversationKey, branch: BranchRef, target: ConversationKey

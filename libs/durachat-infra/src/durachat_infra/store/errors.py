@@ -13,6 +13,7 @@ and chained with `from`, so the original stays visible in tracebacks::
     ├── BranchExistsError          a branch name is taken in the conversation
     ├── MainBranchError            `main` cannot be deleted or renamed
     ├── UnknownMessageError        a message is not on the branch it was looked for on
+    ├── AmbiguousMessageError      a message id occurs more than once; name a branch
     └── DatabaseUnavailableError   no connection, connection lost, or too busy; retryable
 
 Invalid arguments (a message without an `id`, an unknown turn status) raise `ValueError`, because
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from durachat_infra.store._records import ConversationKey
 
 __all__ = [
+    "AmbiguousMessageError",
     "BranchExistsError",
     "ConversationExistsError",
     "DatabaseUnavailableError",
@@ -174,3 +176,21 @@ class UnknownMessageError(StoreError):
         self.conversation_id = conversation_id
         self.message_id = message_id
         self.branch = branch
+
+
+class AmbiguousMessageError(StoreError):
+    """A UIMessage id occurs more than once in the conversation (an edit keeps its message's
+    id), none of the occurrences is on `main`, and no branch was named to choose one.
+
+    Attributes:
+        conversation_id: the conversation.
+        message_id: the UIMessage id looked for.
+    """
+
+    def __init__(self, conversation_id: int, message_id: str) -> None:
+        super().__init__(
+            f"conversation {conversation_id}: message {message_id!r} occurs more than once; "
+            "name the branch to look on"
+        )
+        self.conversation_id = conversation_id
+        self.message_id = message_id

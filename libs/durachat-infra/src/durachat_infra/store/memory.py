@@ -33,10 +33,9 @@ from durachat_infra.store._memory_data import (
     MessageRow,
     branch_record,
     decode,
-    occurrence,
+    find_siblings,
     path,
     resolve,
-    siblings_of,
 )
 from durachat_infra.store._memory_transaction import MemoryTransaction
 from durachat_infra.store._records import (
@@ -214,15 +213,16 @@ class MemoryStore:
         return [row.stored() for row in path(state, found.leaf_pk)]
 
     async def siblings(
-        self, conversation_id: int, message_id: str, branch: BranchRef = MAIN_BRANCH
+        self, conversation_id: int, message_id: str, branch: BranchRef | None = None
     ) -> Siblings | None:
-        """The alternatives of a message on a branch's path, and its index among them."""
+        """The alternatives of a message, its index among them and the branches that show
+        them (found as `Store.siblings` documents)."""
         state = self.database.conversations.get(conversation_id)
-        found = None if state is None else resolve(state, branch)
-        if state is None or found is None:
-            raise UnknownBranchError(conversation_id, branch)
-        spot = occurrence(state, found.leaf_pk, message_id)
-        return None if spot is None else siblings_of(state, spot)
+        if state is None:
+            if branch is not None and branch != MAIN_BRANCH:
+                raise UnknownBranchError(conversation_id, branch)
+            return None
+        return find_siblings(state, conversation_id, message_id, branch)
 
     async def fork_conversation(
         self, source: ConversationKey, branch: BranchRef, target: ConversationKey

@@ -125,9 +125,12 @@ class TransactionPort(Protocol):
         from_branch: BranchRef = MAIN_BRANCH,
         fork_message_id: str | None = None,
         at_root: bool = False,
+        keep_leaf: bool = False,
     ) -> BranchRecord:
         """Create branch `name` forked from `from_branch` at a message of its path (its leaf by
-        default; above the first message with `at_root`). See docs/branching.md#store-api."""
+        default; above the first message with `at_root`). With `keep_leaf` its leaf is
+        `from_branch`'s leaf and the message only its fork point. See
+        docs/branching.md#store-api."""
         ...
 
     async def rename_branch(self, branch: BranchRef, name: str) -> BranchRecord:
@@ -231,10 +234,13 @@ class StorePort(Protocol):
         ...
 
     async def siblings(
-        self, conversation_id: int, message_id: str, branch: BranchRef = MAIN_BRANCH
+        self, conversation_id: int, message_id: str, branch: BranchRef | None = None
     ) -> Siblings | None:
-        """The children of the parent of a message on the branch's path, oldest first, and its
-        index; `None` if it is not on the path, `UnknownBranchError` for an unknown branch."""
+        """The children of the parent of a message, oldest first, its index, and the branch
+        that shows each; the message is found on `branch`'s path, else by its id alone when
+        that is unique (on `main` when it is not and no branch is named). `None` if not found,
+        `UnknownBranchError` for an unknown branch, `AmbiguousMessageError` when no branch
+        decides."""
         ...
 
     async def fork_conversation(

@@ -13,8 +13,9 @@ tools automatically, and `Reply.final()` follows the continuations.
 
 Branches: `ChatClient.connect(..., branch=...)` views a branch; `client.branch`,
 `client.branches()`, `client.switch_branch(...)`, and `client.edit(message_id, text)`, which
-(like `regenerate`) the server answers on a new branch that the client then views;
-`client.siblings(message_id)` (a "2 / 3" picker), `create_branch`, `rename_branch`,
+(like `regenerate`) the server answers where the client is, keeping the replaced messages on a
+new branch; `client.siblings(message_id)` and `client.alternatives(message_id)` (a "2 / 3"
+picker and the branch that shows each alternative), `create_branch`, `rename_branch`,
 `delete_branch` and `fork_conversation`.
 """
 

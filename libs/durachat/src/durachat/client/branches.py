@@ -70,8 +70,9 @@ class BranchMethods:
         """The alternatives of a message, for a "2 / 3" picker (`durachat_branch_op` `siblings`).
 
         Args:
-            message_id: A UIMessage id on the branch's path (the occurrence nearest the leaf, if
-                the id occurs twice there).
+            message_id: A UIMessage id: on the branch's path (the occurrence nearest the leaf,
+                if the id occurs twice there), or anywhere when it is unique in the
+                conversation.
             branch: The branch whose path holds the message (id or name); the viewed one by
                 default.
             timeout: How long to wait for the answer, in seconds.
@@ -99,6 +100,33 @@ class BranchMethods:
         ):
             raise ClientError("server_error", f"the server answered siblings with {body!r}")
         return list(ids), index
+
+    async def alternatives(
+        self, message_id: str, *, branch: BranchRef | None = None, timeout: float = _BRANCH_WAIT
+    ) -> tuple[list[JSONDict], int]:
+        """The alternatives of a message with the branch that shows each, for a picker that
+        switches: `switch_branch(alternatives[i]["branch"])` views the i-th one.
+
+        Returns:
+            `{"message_id", "branch", "branch_name"}` per sibling, oldest first (`branch` is
+            `"main"`, a branch id, or None when no branch reaches it), and the message's index.
+
+        Raises:
+            ClientError: as `siblings`; `server_error` from a server without `alternatives`.
+        """
+        fields: BranchOpFields = {"messageId": message_id}
+        if branch is not None:
+            fields["branch"] = _op_branch(branch)
+        body = await self._branch_ops.operate("siblings", fields, timeout)
+        found, index = body.get("alternatives"), body.get("index")
+        if (
+            not isinstance(found, list)
+            or not all(isinstance(a, dict) for a in found)
+            or not isinstance(index, int)
+            or isinstance(index, bool)
+        ):
+            raise ClientError("server_error", f"the server answered siblings with {body!r}")
+        return [dict(a) for a in found], index
 
     async def create_branch(
         self,

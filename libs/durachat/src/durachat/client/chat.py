@@ -67,8 +67,9 @@ class ChatClient(MessageMethods, BranchMethods, ToolMethods):
 
     The client views one branch of the conversation (`branch`, `main` by default): what it
     sends acts on that branch, and it receives only that branch's replies and transcript.
-    `switch_branch` views another one; an `edit` or a `regenerate` that the server answers on
-    a new branch moves the client there (`durachat_branch_switched`). Reconnects come back to
+    `switch_branch` views another one; the client follows every move the server announces
+    (`durachat_branch_switched`, e.g. a deleted branch's viewers go to `main`; durachat answers
+    edits and regenerates on the viewed branch itself). Reconnects come back to
     the branch the client views. `siblings`, `create_branch`, `rename_branch`, `delete_branch`
     and `fork_conversation` do what the HTTP branch API does, over the socket
     (`durachat_branch_op`).
@@ -308,9 +309,9 @@ class ChatClient(MessageMethods, BranchMethods, ToolMethods):
     def branch(self) -> str:
         """The branch this client views: `"main"` or the branch's id (a string of digits).
 
-        It changes with `switch_branch`, and when the server answers an `edit` or a
-        `regenerate` on a new branch. Until a branch named at connect time is looked up, it is
-        that name.
+        It changes with `switch_branch`, and when the server moves the client (the viewed
+        branch was deleted). Until a branch named at connect time is looked up, it is that
+        name.
         """
         return self._transcript.branch
 

@@ -40,8 +40,8 @@ examples:
 HELP = """\
 commands:
   /history         show the conversation (the branch you view)
-  /regenerate      answer the last message again (on a new branch)
-  /edit TEXT       replace your last message with TEXT and answer it (on a new branch)
+  /regenerate      answer the last message again (the old answer is kept on a branch)
+  /edit TEXT       replace your last message with TEXT and answer it (the old one is kept)
   /branches        list the branches (* marks the one you view)
   /switch BRANCH   view another branch (its id or name; main for main)
   /siblings        where the last reply is among its alternatives (2 / 3)

@@ -74,9 +74,9 @@ class MessageMethods:
         """Ask for a new answer to the last user message.
 
         The local transcript is cut after the last user message (dropping the assistant answer)
-        and sent with the trigger `regenerate-message`. A server with branches answers it on a
-        new branch forked at that user message, and moves this client there (`branch`); the
-        old answer stays on the branch the client left.
+        and sent with the trigger `regenerate-message`. durachat answers it on the branch the
+        client views and keeps the old answer (and what followed it) on a new branch; a server
+        that answers on a new branch instead moves this client there (`branch`).
 
         Args:
             body: Extra fields for the request body.
@@ -116,10 +116,10 @@ class MessageMethods:
         `sendMessage({text, messageId})`.
 
         The local transcript becomes the messages before it and the edited message (same id,
-        `text` as its only part), and is sent with the trigger `submit-message`. A server with
-        branches answers it on a new branch forked at the message's parent (at the root for
-        the first message) and moves this client there (`branch`); the original message and
-        what followed it stay on the branch the client left.
+        `text` as its only part), and is sent with the trigger `submit-message`. durachat
+        answers it on the branch the client views and keeps the original message and what
+        followed it on a new branch; a server that answers on a new branch instead moves this
+        client there (`branch`).
 
         Args:
             message_id: The id of the user message to edit.

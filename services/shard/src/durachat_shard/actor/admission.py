@@ -1,6 +1,7 @@
 """Handling a client frame (docs/architecture.md#the-path-of-a-chat-request, accept): chat
-requests are accepted, refused, forked or answered as repeats; transcripts, clears, cancels
-and tool answers are applied. One frame at a time, in arrival order (the actor's input loop).
+requests are accepted (edits and regenerates after a rewind), refused or answered as repeats;
+transcripts, clears, cancels and tool answers are applied. One frame at a time, in arrival
+order (the actor's input loop).
 """
 
 from __future__ import annotations
@@ -98,17 +99,14 @@ class Admission:
         if request.request_id in self._recent:
             await self._answer_repeat(requester, request)
             return
-        forked = self._forks.of(request.request_id)
-        if forked is not None:
-            # A retry: its sender goes where the request is answered.
-            await self._forks.follow(requester, forked, frame)
-            return
         incoming = ctx.transcript.reconcile(request.messages)
         inflight = state.inflight if state.active is not None else None
         fork = ctx.transcript.fork_of(incoming, inflight=inflight)
         if fork is not None:
-            await self._forks.fork(requester, request, frame, fork)
-            return
+            # An edit or a regenerate: the replaced path is kept as a branch and this one
+            # rewinds, so the request runs here like any other.
+            await self._forks.rewind(request, fork)
+            incoming = ctx.transcript.reconcile(request.messages)
         self._remember(request.request_id)
         state.last_body = request.body
         state.last_client_tools = request.client_tools
@@ -260,8 +258,3 @@ class Admission:
         if active is not None and active.request_id == request_id:
             active.abort.set()
             self._ctx.event(EventType.MESSAGE_CANCEL, {"requestId": request_id})
-            return
-        forked = self._forks.of(request_id)
-        if forked is not None:
-            # Sent before its sender heard that the request moved to a new branch.
-            await self._forks.pass_on(forked.branch, connection_id, frame)

@@ -61,7 +61,7 @@ class ConversationActor:
     """Owns one conversation (on one branch) while its shard holds the lease.
 
     Construction gives the agent the transcript (`Agent.messages`); the shard then makes
-    `host` the agent's host, sets the `open_branch` and `on_cleared` hooks, calls `recover`
+    `host` the agent's host, sets the `on_cleared` hook, calls `recover`
     with the turns a former owner left open, and `start`.
     """
 
@@ -114,7 +114,6 @@ class ConversationActor:
             concurrency=concurrency,
             recent_requests=recent_requests or [],
         )
-        self._open_branch: Callable[[str], Awaitable[ConversationActor]] | None = None
         self.host = HostApi(ctx, self._queue)
         """What the agent is given as its host (`Agent.host`)."""
         incidents = incidents or _incidents_without_budget(store, conversation_id, key, agent)
@@ -149,17 +148,6 @@ class ConversationActor:
     @on_cleared.setter
     def on_cleared(self, hook: Callable[[], None] | None) -> None:
         self._admission.on_cleared = hook
-
-    @property
-    def open_branch(self) -> Callable[[str], Awaitable[ConversationActor]] | None:
-        """The actor of another branch of this conversation (by id), activating it: where an
-        edit or a regenerate is answered."""
-        return self._open_branch
-
-    @open_branch.setter
-    def open_branch(self, hook: Callable[[str], Awaitable[ConversationActor]] | None) -> None:
-        self._open_branch = hook
-        self._forks.open_branch = hook
 
     # Lifecycle.
 
