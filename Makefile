@@ -20,7 +20,7 @@ $(UV):
 	$(TOOLS)/bin/pip install --quiet "uv==$(UV_VERSION)"
 
 $(BIN)/.installed: $(UV) uv.lock pyproject.toml libs/*/pyproject.toml services/*/pyproject.toml
-	$(UV) sync --frozen --all-packages
+	$(UV) sync --frozen --all-packages --all-extras
 	@touch $@
 
 install: $(BIN)/.installed  # Create the environment and install everything (locked)
