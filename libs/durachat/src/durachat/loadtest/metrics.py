@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from typing import Any, Final
 
 import gevent
@@ -42,6 +42,11 @@ TOTALS: Final[Counter[str]] = Counter()
 REPORT_KEY: Final = "durachat_counters"
 TIMELINE_INTERVAL_S: Final = 1.0
 PERCENTILES: Final = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+WINDOW_S: Final = 10.0
+"""Locust's window for its current percentiles (CURRENT_RESPONSE_TIME_PERCENTILE_WINDOW)."""
+
+_COUNTS: Final[deque[tuple[float, dict[str, int]]]] = deque(maxlen=64)
+"""Recent (time, count per entry) of the timeline, to tell an empty window from a fast one."""
 
 
 class LoadError(Exception):
@@ -124,18 +129,24 @@ def timeline_row(environment: Environment) -> dict[str, Any]:
     rate and percentiles over the last ~10 s (Locust's window)."""
     TOTALS.update(_drain())
     runner = environment.runner
+    now = time.time()
+    earlier = next((c for t, c in _COUNTS if now - t <= WINDOW_S), {})
     entries: dict[str, Any] = {}
     for (name, method), entry in environment.stats.entries.items():
+        key = f"{method} {name}"
         row: dict[str, Any] = {
             "n": entry.num_requests,
             "fail": entry.num_failures,
             "rps": round(entry.current_rps, 2),
         }
+        # Locust answers 0 for a window without samples: leave those out.
+        sampled = entry.num_requests > earlier.get(key, 0)
         for label, fraction in PERCENTILES.items():
-            row[label] = entry.get_current_response_time_percentile(fraction)
-        entries[f"{method} {name}"] = row
+            row[label] = entry.get_current_response_time_percentile(fraction) if sampled else None
+        entries[key] = row
+    _COUNTS.append((now, {key: row["n"] for key, row in entries.items()}))
     return {
-        "t": round(time.time(), 3),
+        "t": round(now, 3),
         "users": runner.user_count if runner is not None else 0,
         "state": runner.state if runner is not None else "",
         "workers": len(runner.clients) if isinstance(runner, MasterRunner) else 0,
