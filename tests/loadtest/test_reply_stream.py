@@ -4,6 +4,8 @@ across a resume (docs/protocol.md#resume-handshake)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from durachat.loadtest.stream import ReplyStream, chunk_stamp
 
@@ -34,8 +36,8 @@ class Recorded:
         self.resume.append(ms)
 
 
-def chunk(seq: int | None, body: dict[str, object], **extra: object) -> dict[str, object]:
-    frame: dict[str, object] = {
+def chunk(seq: int | None, body: Mapping[str, Any], **extra: object) -> dict[str, Any]:
+    frame: dict[str, Any] = {
         "type": "cf_agent_use_chat_response",
         "id": "r1",
         "body": json.dumps(body),
@@ -47,7 +49,7 @@ def chunk(seq: int | None, body: dict[str, object], **extra: object) -> dict[str
     return frame
 
 
-REPLY = [
+REPLY: list[dict[str, Any]] = [
     {"type": "start", "messageId": "assistant_1"},
     {"type": "start-step"},
     {"type": "text-start", "id": "t"},
@@ -58,7 +60,7 @@ REPLY = [
     {"type": "finish-step"},
     {"type": "finish"},
 ]
-DONE = {"type": "cf_agent_use_chat_response", "id": "r1", "body": "", "done": True}
+DONE: dict[str, Any] = {"type": "cf_agent_use_chat_response", "id": "r1", "body": "", "done": True}
 
 
 def new_stream() -> tuple[ReplyStream, Recorded]:
@@ -189,9 +191,14 @@ def test_stamped_chunks_give_their_delivery_latency_unless_replayed() -> None:
 
 def test_tool_calls_that_wait_for_the_client_are_listed() -> None:
     stream, _ = new_stream()
-    bodies = [
+    bodies: list[dict[str, Any]] = [
         {"type": "start"},
-        {"type": "tool-input-available", "toolCallId": "c1", "toolName": "getLocation", "input": {}},
+        {
+            "type": "tool-input-available",
+            "toolCallId": "c1",
+            "toolName": "getLocation",
+            "input": {},
+        },
         {
             "type": "tool-input-available",
             "toolCallId": "c2",
