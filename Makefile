@@ -10,7 +10,7 @@ export UV_PYTHON := $(PYTHON)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install run test test-py test-compat lint format bench clean
+.PHONY: help install run test test-py test-compat lint format bench soak clean
 
 help:  # List the targets
 	@grep -E '^[a-z-]+:.*#' Makefile | sed -E 's/:.*#/\t/'
@@ -51,5 +51,22 @@ format: install  # Format the code
 bench: install  # Load benchmark: prints a table, writes bench/results/*.json
 	$(BIN)/python -m bench
 
+SOAK_USERS ?= 300
+SOAK_DURATION ?= 10m
+SOAK_SCENARIO ?= chat:6,long:1,resume:1,idle:2
+SOAK_PORT ?= 8090
+SOAK_OUT ?= loadtest-results/soak-$(shell date -u +%Y%m%dT%H%M%SZ)
+
+soak: install  # Soak test: a local cluster under constant load for SOAK_DURATION (SOAK_USERS, SOAK_SCENARIO); report in SOAK_OUT
+	@rm -rf var/soak && mkdir -p var/soak
+	@DURACHAT_AGENTS=durachat.demo,durachat.loadtest.agent PORT=$(SOAK_PORT) \
+	  $(BIN)/durachat-local --var-dir var/soak > var/soak/cluster.log 2>&1 & cluster=$$!; \
+	trap 'kill $$cluster 2>/dev/null; wait $$cluster' EXIT; \
+	for i in $$(seq 180); do grep -q "durachat is running" var/soak/cluster.log && break; \
+	  kill -0 $$cluster 2>/dev/null || { tail -20 var/soak/cluster.log; exit 1; }; sleep 1; done; \
+	$(BIN)/durachat load soak --url http://127.0.0.1:$(SOAK_PORT) --agent loadtest-agent \
+	  --users $(SOAK_USERS) --duration $(SOAK_DURATION) --scenario $(SOAK_SCENARIO) \
+	  --think 5-15 --idle-hold 60-120 --workers 1 --out $(SOAK_OUT)
+
 clean:  # Remove environments and local data
-	rm -rf $(VENV) $(TOOLS) var tests/compat/node_modules
+	rm -rf $(VENV) $(TOOLS) var tests/compat/node_modules loadtest-results

@@ -265,7 +265,12 @@ def _run(args: argparse.Namespace, *, soak: bool) -> int:
         "agent": args.agent,
         "workers": plan.workers,
         "remote_workers": plan.remote_workers,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            # The machine may be shared: what else ran is part of the result.
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        },
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     (plan.out / RUN_INFO).write_text(json.dumps(info, indent=2) + "\n")
@@ -292,6 +297,7 @@ def _run(args: argparse.Namespace, *, soak: bool) -> int:
             sampler.stop()
     info["ended_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     info["locust_exit_code"] = code
+    info["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     (plan.out / RUN_INFO).write_text(json.dumps(info, indent=2) + "\n")
     status = _report(plan.out, slos, quiet=False)
     return EXIT_INTERRUPTED if code == EXIT_INTERRUPTED else status
