@@ -106,15 +106,28 @@ def _percentiles(
 
 
 def _rate(timeline: list[dict[str, Any]], value: Any) -> list[tuple[float, float]]:
-    """(t, per-second rate of `value(row)` over the last RATE_WINDOW_S)."""
+    """(t, per-second rate of `value(row)` over about RATE_WINDOW_S).
+
+    A master's counts move only when a worker's report arrives (every 3 s): rates are taken
+    between the rows where the count changed, so that every window spans whole reports.
+    """
+    changes: list[tuple[float, float]] = []
+    for row in timeline:
+        current = float(value(row))
+        if not changes or current != changes[-1][1]:
+            changes.append((row["t"], current))
+    if len(changes) < 2:
+        return []
+    changes.append((timeline[-1]["t"], changes[-1][1]))
     points: list[tuple[float, float]] = []
     earlier = 0
-    for index, row in enumerate(timeline):
-        while row["t"] - timeline[earlier]["t"] > RATE_WINDOW_S:
+    for index in range(1, len(changes)):
+        t, v = changes[index]
+        while earlier < index - 1 and t - changes[earlier + 1][0] >= RATE_WINDOW_S:
             earlier += 1
-        span = row["t"] - timeline[earlier]["t"]
-        if index and span > 0:
-            points.append((row["t"], (value(row) - value(timeline[earlier])) / span))
+        t0, v0 = changes[earlier]
+        if t > t0:
+            points.append((t, (v - v0) / (t - t0)))
     return points
 
 
@@ -147,7 +160,7 @@ def _throughput(path: Path, timeline: list[dict[str, Any]], start: float, title:
 
     for label, series, colour in (
         ("turns/s", _rate(timeline, turns), "tab:blue"),
-        ("failures/s", _rate(timeline, failures), "tab:red"),
+        ("failures/s (all kinds)", _rate(timeline, failures), "tab:red"),
     ):
         if series:
             bottom.plot(
