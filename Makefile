@@ -58,12 +58,16 @@ SOAK_PORT ?= 8090
 SOAK_OUT ?= loadtest-results/soak-$(shell date -u +%Y%m%dT%H%M%SZ)
 
 soak: install  # Soak test: a local cluster under constant load for SOAK_DURATION (SOAK_USERS, SOAK_SCENARIO); report in SOAK_OUT
-	@rm -rf var/soak && mkdir -p var/soak
-	@DURACHAT_AGENTS=durachat.demo,durachat.loadtest.agent PORT=$(SOAK_PORT) \
-	  $(BIN)/durachat-local --var-dir var/soak > var/soak/cluster.log 2>&1 & cluster=$$!; \
+	@rm -rf var/soak && mkdir -p var/soak; \
+	for attempt in 1 2 3; do \
+	  DURACHAT_AGENTS=durachat.demo,durachat.loadtest.agent PORT=$(SOAK_PORT) \
+	    $(BIN)/durachat-local --var-dir var/soak > var/soak/cluster.log 2>&1 & cluster=$$!; \
+	  until grep -qs "durachat is running" var/soak/cluster.log || ! kill -0 $$cluster 2>/dev/null; do sleep 1; done; \
+	  kill -0 $$cluster 2>/dev/null && break; \
+	  echo "the local cluster did not start (attempt $$attempt):"; tail -3 var/soak/cluster.log; \
+	done; \
+	kill -0 $$cluster 2>/dev/null || exit 1; \
 	trap 'kill $$cluster 2>/dev/null; wait $$cluster' EXIT; \
-	for i in $$(seq 180); do grep -q "durachat is running" var/soak/cluster.log && break; \
-	  kill -0 $$cluster 2>/dev/null || { tail -20 var/soak/cluster.log; exit 1; }; sleep 1; done; \
 	$(BIN)/durachat load soak --url http://127.0.0.1:$(SOAK_PORT) --agent loadtest-agent \
 	  --users $(SOAK_USERS) --duration $(SOAK_DURATION) --scenario $(SOAK_SCENARIO) \
 	  --think 5-15 --idle-hold 60-120 --workers 1 --out $(SOAK_OUT)

@@ -3,6 +3,7 @@ and recording it (docs/load-testing.md#writing-your-own-users)."""
 
 from __future__ import annotations
 
+import logging
 import random
 import secrets
 import time
@@ -21,6 +22,8 @@ from durachat.loadtest.settings import Settings
 from durachat.loadtest.stream import Observer, ReplyStream
 from durachat.loadtest.tab import ChatSocket
 from durachat.types import JSONDict, UIMessage
+
+log = logging.getLogger("durachat.loadtest")
 
 
 class ChatSocketUser(User):
@@ -132,6 +135,9 @@ class ChatSocketUser(User):
         if not stream.done:
             failure = f"closed_{tab.close_code}" if tab.closed else "timeout"
         self.recorder.event("TURN", name, (end - stream.sent_at) * 1000, failure)
+        if failure is not None:
+            # Enough to find the turn in the server's logs.
+            log.warning("%s failed: %s (%s, request %s)", name, failure, tab.url, stream.request_id)
         if stream.done:
             self.recorder.count("turns")
         return failure is None

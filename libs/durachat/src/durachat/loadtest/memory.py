@@ -20,15 +20,22 @@ from typing import Final
 from durachat.loadtest.frames import http_url
 
 RSS_METRIC: Final = "process_resident_memory_bytes"
-_RSS_LINE: Final = re.compile(rf"^{RSS_METRIC}(?:{{[^}}]*}})?\s+([0-9.eE+-]+)", re.MULTILINE)
+HELD_METRICS: Final = ("durachat_gateway_connections", "durachat_shard_active_conversations")
+"""What a process holds, sampled beside its memory when it exposes them (a durachat gateway's
+open WebSockets, a shard's conversations in memory), to tell growth from a leak."""
 MEMORY_FILE: Final = "memory.jsonl"
 REDISCOVER_S: Final = 60.0
 
 
+def parse_metric(text: str, name: str) -> float | None:
+    """The value of the unlabelled sample `name` in a Prometheus text exposition, if there."""
+    match = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})?\s+([0-9.eE+-]+)", text, re.MULTILINE)
+    return float(match.group(1)) if match else None
+
+
 def parse_rss(text: str) -> float | None:
     """The resident memory (bytes) in a Prometheus text exposition, if there."""
-    match = _RSS_LINE.search(text)
-    return float(match.group(1)) if match else None
+    return parse_metric(text, RSS_METRIC)
 
 
 def parse_target(text: str) -> tuple[str, str]:
@@ -62,7 +69,8 @@ def discover(url: str, timeout: float = 5.0) -> list[tuple[str, str]]:
 
 class MemorySampler:
     """Samples every target's resident memory every `interval` seconds on a thread of its
-    own, appending `{"t", "rss": {label: bytes}}` lines to `out/memory.jsonl`."""
+    own, appending `{"t", "rss": {label: bytes}, "held": {label: count}}` lines to
+    `out/memory.jsonl`."""
 
     def __init__(
         self, url: str, out: Path, *, targets: Sequence[str] = (), interval: float = 5.0
@@ -104,12 +112,18 @@ class MemorySampler:
             self._targets = discover(self._url)
             self._found_at = time.monotonic()
         rss: dict[str, float] = {}
+        held: dict[str, float] = {}
         for label, url in self._targets:
             try:
                 with urllib.request.urlopen(url, timeout=5) as answer:
-                    value = parse_rss(answer.read().decode("utf-8", "replace"))
+                    text = answer.read().decode("utf-8", "replace")
             except (OSError, ValueError):
                 continue
+            value = parse_rss(text)
             if value is not None:
                 rss[label] = value
-        return {"t": round(time.time(), 3), "rss": rss}
+            for name in HELD_METRICS:
+                count = parse_metric(text, name)
+                if count is not None:
+                    held[label] = count
+        return {"t": round(time.time(), 3), "rss": rss, "held": held}

@@ -105,36 +105,47 @@ def _percentiles(
     return _save(fig, path)
 
 
-def _rate(timeline: list[dict[str, Any]], value: Any) -> list[tuple[float, float]]:
-    """(t, per-second rate of `value(row)` over about RATE_WINDOW_S).
+def _grid(timeline: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows where anything was counted, and the last row.
 
-    A master's counts move only when a worker's report arrives (every 3 s): rates are taken
-    between the rows where the count changed, so that every window spans whole reports.
+    A master's counts move only when a worker's report arrives (every 3 s): rates taken
+    between these rows span whole reports, so that distributed runs do not show their rhythm.
     """
-    changes: list[tuple[float, float]] = []
+
+    def signature(row: dict[str, Any]) -> int:
+        entries = row.get("entries", {})
+        return int(row.get("counters", {}).get("chunks", 0)) + sum(
+            int(v["n"]) for v in entries.values()
+        )
+
+    grid: list[dict[str, Any]] = []
     for row in timeline:
-        current = float(value(row))
-        if not changes or current != changes[-1][1]:
-            changes.append((row["t"], current))
-    if len(changes) < 2:
-        return []
-    changes.append((timeline[-1]["t"], changes[-1][1]))
+        if not grid or signature(row) != signature(grid[-1]):
+            grid.append(row)
+    if grid[-1] is not timeline[-1]:
+        grid.append(timeline[-1])
+    return grid
+
+
+def _rate(grid: list[dict[str, Any]], value: Any) -> list[tuple[float, float]]:
+    """(t, per-second rate of `value(row)` over about RATE_WINDOW_S) on the rows of `grid`."""
     points: list[tuple[float, float]] = []
     earlier = 0
-    for index in range(1, len(changes)):
-        t, v = changes[index]
-        while earlier < index - 1 and t - changes[earlier + 1][0] >= RATE_WINDOW_S:
+    for index in range(1, len(grid)):
+        t = grid[index]["t"]
+        while earlier < index - 1 and t - grid[earlier + 1]["t"] >= RATE_WINDOW_S:
             earlier += 1
-        t0, v0 = changes[earlier]
+        t0 = grid[earlier]["t"]
         if t > t0:
-            points.append((t, (v - v0) / (t - t0)))
+            points.append((t, (value(grid[index]) - value(grid[earlier])) / (t - t0)))
     return points
 
 
 def _throughput(path: Path, timeline: list[dict[str, Any]], start: float, title: str) -> Path:
     fig, axes = _figure(2)
     top, bottom = axes[0][0], axes[1][0]
-    chunks = _rate(timeline, lambda row: row.get("counters", {}).get("chunks", 0))
+    grid = _grid(timeline)
+    chunks = _rate(grid, lambda row: row.get("counters", {}).get("chunks", 0))
     if chunks:
         top.plot([t - start for t, _ in chunks], [v for _, v in chunks], color="tab:green")
     top.set_ylabel("chunks/s received", color="tab:green")
@@ -159,8 +170,8 @@ def _throughput(path: Path, timeline: list[dict[str, Any]], start: float, title:
         return sum(v["fail"] for k, v in entries.items() if k.split(" ")[0] in FAILURE_TYPES)
 
     for label, series, colour in (
-        ("turns/s", _rate(timeline, turns), "tab:blue"),
-        ("failures/s (all kinds)", _rate(timeline, failures), "tab:red"),
+        ("turns/s", _rate(grid, turns), "tab:blue"),
+        ("failures/s (all kinds)", _rate(grid, failures), "tab:red"),
     ):
         if series:
             bottom.plot(
@@ -175,30 +186,38 @@ def _throughput(path: Path, timeline: list[dict[str, Any]], start: float, title:
 
 
 def _memory(path: Path, samples: list[dict[str, Any]], start: float, title: str) -> Path:
-    fig, axes = _figure()
-    ax = axes[0][0]
-    labels = sorted({label for sample in samples for label in sample.get("rss", {})})
-    for label in labels:
-        points = [
-            (sample["t"] - start, sample["rss"][label] / 2**20)
-            for sample in samples
-            if label in sample.get("rss", {})
-        ]
-        ax.plot(*zip(*points, strict=True), label=label, linewidth=1.4)
-    if labels:
-        ax.legend(loc="upper left")
-    else:
-        ax.text(
-            0.5,
-            0.5,
-            "no metrics endpoint answered",
-            ha="center",
-            va="center",
-            transform=ax.transAxes,
-        )
-    ax.set_ylim(bottom=0)
-    ax.set_title(f"{title}: resident memory per process")
-    ax.set_ylabel("MiB")
-    ax.set_xlabel("seconds since the first user started")
-    ax.grid(alpha=0.3)
+    held = sorted({label for sample in samples for label in sample.get("held", {})})
+    fig, axes = _figure(2 if held else 1)
+    for ax, key, scale, ylabel, heading in (
+        (axes[0][0], "rss", 2**20, "MiB", "resident memory per process"),
+        (
+            axes[-1][0],
+            "held",
+            1,
+            "count",
+            "WebSockets open (gateways), conversations held (shards)",
+        ),
+    ):
+        if key == "held" and not held:
+            break
+        labels = sorted({label for sample in samples for label in sample.get(key, {})})
+        for label in labels:
+            points = [
+                (sample["t"] - start, sample[key][label] / scale)
+                for sample in samples
+                if label in sample.get(key, {})
+            ]
+            ax.plot(*zip(*points, strict=True), label=label, linewidth=1.4)
+        if labels:
+            ax.legend(loc="upper left")
+        else:
+            ax.text(
+                0.5, 0.5, "no metrics endpoint answered", ha="center", va="center",
+                transform=ax.transAxes,
+            )  # fmt: skip
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{title}: {heading}")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[-1][0].set_xlabel("seconds since the first user started")
     return _save(fig, path)

@@ -166,12 +166,13 @@ def build_summary(out: Path, slos: list[Slo]) -> dict[str, Any]:
 
 
 def memory_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per process: first, last and peak resident memory (MiB) and the growth."""
+    """Per process: first, last and peak resident memory (MiB), the growth, and what it held
+    at the end (open WebSockets or conversations in memory, where it says)."""
     series: dict[str, list[float]] = {}
     for sample in samples:
         for label, value in sample.get("rss", {}).items():
             series.setdefault(label, []).append(float(value) / 2**20)
-    return {
+    summary: dict[str, Any] = {
         label: {
             "first_mib": round(values[0], 1),
             "last_mib": round(values[-1], 1),
@@ -181,6 +182,11 @@ def memory_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
         }
         for label, values in sorted(series.items())
     }
+    for sample in samples[-1:]:
+        for label, count in sample.get("held", {}).items():
+            if label in summary:
+                summary[label]["held_at_end"] = count
+    return summary
 
 
 def drift(timeline: list[dict[str, Any]]) -> dict[str, Any]:
