@@ -136,8 +136,15 @@ class ChatSocketUser(User):
             failure = f"closed_{tab.close_code}" if tab.closed else "timeout"
         self.recorder.event("TURN", name, (end - stream.sent_at) * 1000, failure)
         if failure is not None:
-            # Enough to find the turn in the server's logs.
-            log.warning("%s failed: %s (%s, request %s)", name, failure, tab.url, stream.request_id)
+            # Enough to find the turn in the server's logs; the query (a token) stays out.
+            log.warning(
+                "%s failed: %s%s (%s, request %s)",
+                name,
+                failure,
+                f" {stream.error_texts[0]!r}" if stream.error_texts else "",
+                tab.url.split("?", 1)[0],
+                stream.request_id,
+            )
         if stream.done:
             self.recorder.count("turns")
         return failure is None
