@@ -118,8 +118,11 @@ class ResumeUser(ChatSocketUser):
     def _resume(self, tab: ChatSocket, stream: ReplyStream, reconnected: float) -> None:
         request_id = stream.request_id
         timeout = self.settings.reply_timeout_s
-        # A live stream is offered on connect, before the identity frame; otherwise ask.
-        tab.wait_until(lambda: request_id in tab.offers or tab.identity or tab.closed, timeout)
+        # A live stream is offered on connect, before the identity frame; otherwise ask (also
+        # when a server sends no identity frame).
+        tab.wait_until(
+            lambda: request_id in tab.offers or tab.identity or tab.closed, min(timeout, 5.0)
+        )
         if request_id not in tab.offers and not tab.closed:
             self.send(tab, resume_request())
             tab.wait_until(
