@@ -10,7 +10,7 @@ export UV_PYTHON := $(PYTHON)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install run test test-py test-compat lint format bench bench-check clean chromium playground
+.PHONY: help install run test test-py test-compat lint format bench bench-check soak clean chromium playground
 
 help:  # List the targets
 	@grep -E '^[a-z-]+:.*#' Makefile | sed -E 's/:.*#/\t/'
@@ -20,7 +20,7 @@ $(UV):
 	$(TOOLS)/bin/pip install --quiet "uv==$(UV_VERSION)"
 
 $(BIN)/.installed: $(UV) uv.lock pyproject.toml libs/*/pyproject.toml services/*/pyproject.toml
-	$(UV) sync --frozen --all-packages
+	$(UV) sync --frozen --all-packages --all-extras
 	@touch $@
 
 install: $(BIN)/.installed  # Create the environment and install everything (locked)
@@ -62,5 +62,26 @@ bench: install  # Load benchmark: prints a table, writes bench/results/*.json
 bench-check: install  # Re-run the load phase; fail if it regressed against bench/reference.json
 	$(BIN)/python -m bench.check
 
+SOAK_USERS ?= 300
+SOAK_DURATION ?= 10m
+SOAK_SCENARIO ?= chat:6,long:1,resume:1,idle:2
+SOAK_PORT ?= 8090
+SOAK_OUT ?= loadtest-results/soak-$(shell date -u +%Y%m%dT%H%M%SZ)
+
+soak: install  # Soak test: a local cluster under constant load for SOAK_DURATION (SOAK_USERS, SOAK_SCENARIO); report in SOAK_OUT
+	@rm -rf var/soak && mkdir -p var/soak; \
+	for attempt in 1 2 3; do \
+	  DURACHAT_AGENTS=durachat.demo,durachat.loadtest.agent PORT=$(SOAK_PORT) \
+	    $(BIN)/durachat-local --var-dir var/soak > var/soak/cluster.log 2>&1 & cluster=$$!; \
+	  until grep -qs "durachat is running" var/soak/cluster.log || ! kill -0 $$cluster 2>/dev/null; do sleep 1; done; \
+	  kill -0 $$cluster 2>/dev/null && break; \
+	  echo "the local cluster did not start (attempt $$attempt):"; tail -3 var/soak/cluster.log; \
+	done; \
+	kill -0 $$cluster 2>/dev/null || exit 1; \
+	trap 'kill $$cluster 2>/dev/null; wait $$cluster' EXIT; \
+	$(BIN)/durachat load soak --url http://127.0.0.1:$(SOAK_PORT) --agent loadtest-agent \
+	  --users $(SOAK_USERS) --duration $(SOAK_DURATION) --scenario $(SOAK_SCENARIO) \
+	  --think 5-15 --idle-hold 60-120 --workers 1 --out $(SOAK_OUT)
+
 clean:  # Remove environments and local data
-	rm -rf $(VENV) $(TOOLS) var tests/compat/node_modules playground/node_modules
+	rm -rf $(VENV) $(TOOLS) var tests/compat/node_modules playground/node_modules loadtest-results

@@ -25,6 +25,7 @@ AGENT_MODULES = (
     "support.agents",
     "support.compat_agents",
     "support.recovery_agents",
+    "durachat.loadtest.agent",
 )
 """The agents every test cluster serves: the demo one and the test agents."""
 

@@ -4,6 +4,7 @@ durachat chat "hello"            send one message, print the reply, exit
 durachat chat                    interactive prompt (/help lists the commands)
 durachat history                 print the transcript
 durachat chat --branch 57        the same on a branch (its id or name; main by default)
+durachat load run --url URL      load-test a server (docs/load-testing.md)
 """
 
 from __future__ import annotations
@@ -87,6 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status: 0 on success, 1 on an error, 130 when interrupted.
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["load"]:
+        from durachat.loadtest.cli import main as load
+
+        return load(argv[1:])
     args = _parser().parse_args(argv)
     try:
         if args.command == "history":
@@ -136,6 +142,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print the conversation",
         description="Print the conversation's transcript.",
     )
+    commands.add_parser("load", add_help=False, help="load-test a server (durachat load --help)")
     return parser
 
 
