@@ -10,8 +10,10 @@ from dataclasses import dataclass
 import httpx
 from redis.asyncio import Redis
 
+from durachat import limits
 from durachat.agent import AgentRegistry
 from durachat.messages import enforce_row_size_limit, sanitize_message
+from durachat.observability import EventType, emit
 from durachat_infra.cluster import ClusterView, LeaseHeldError, Leases, wake_owner
 from durachat_infra.eventlog import MAIN, LogWriter
 from durachat_infra.keys import ConversationKeys, conversation_tag
@@ -61,6 +63,33 @@ branches of a conversation share its lease and epoch."""
 def routing_key(key: ConversationKey) -> str:
     """The string rendezvous hashing places (shared by gateways and shards)."""
     return conversation_tag(key.tenant, key.agent, key.name)
+
+
+def _report_quarantined(key: ConversationKey, stored: list[StoredMessage]) -> None:
+    """Log and publish the messages of a loaded path that were quarantined."""
+    bad = [m for m in stored if m.quarantined is not None]
+    if not bad:
+        return
+    for message in bad:
+        log.warning(
+            "conversation %s/%s/%s: message %s loaded quarantined: %s",
+            key.tenant,
+            key.agent,
+            key.name,
+            message.message_id,
+            message.quarantined,
+        )
+    emit(
+        EventType.TRANSCRIPT_REPAIRED,
+        agent=key.agent,
+        name=key.name,
+        tenant=key.tenant,
+        payload={
+            "reason": "quarantined",
+            "messageIds": [m.message_id for m in bad],
+            "details": [m.quarantined for m in bad],
+        },
+    )
 
 
 class Conversations:
@@ -237,12 +266,14 @@ class Conversations:
             await self._release_lease_unless_held(key, keys)
             raise
         agent = agent_cls(key.name, model=self._model)
+        _report_quarantined(key, stored)
         transcript = Transcript(
             [(m.pk, m.message) for m in stored],
             branch=ref,
-            # Built-in sanitising, the agent's own, then row-size compaction.
+            # Nothing nested past the bound is stored (it could not be read back), then
+            # built-in sanitising, the agent's own, and row-size compaction.
             sanitize=lambda m: enforce_row_size_limit(
-                agent.sanitize_message_for_persistence(sanitize_message(m))
+                agent.sanitize_message_for_persistence(sanitize_message(limits.prune(m)[0]))
             ),
         )
         recent = await self._store.recent_request_ids(conversation.id)
@@ -298,6 +329,9 @@ class Conversations:
         return held
 
     async def _load(self, conversation_id: int, ref: BranchRef) -> list[StoredMessage]:
+        # A message the store could not hand out as stored comes quarantined (what could be
+        # kept of it) rather than failing the load: no stored row makes a conversation
+        # unloadable (docs/operations.md#stored-data-that-cannot-be-read).
         if ref == MAIN_BRANCH:
             return await self._store.load_path(conversation_id)
         path = await self._store.branch_path(conversation_id, ref)

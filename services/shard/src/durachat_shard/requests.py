@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from durachat import limits
 from durachat.messages import auto_transform_messages
 from durachat.tools import Tool
 from durachat.types import JSONDict, UIMessage
@@ -43,6 +44,21 @@ class ChatRequest:
         return ids
 
 
+def check_limits(frame: JSONDict) -> None:
+    """Refuse a frame nested deeper than `durachat.limits.MAX_JSON_DEPTH`: stored, such data
+    would break every later read of the conversation (docs/protocol.md#errors)."""
+    try:
+        limits.check_value(frame)
+    except limits.JSONLimitError as exc:
+        raise _limit_error(exc) from exc
+
+
+def _limit_error(exc: limits.JSONLimitError) -> FrameError:
+    if exc.kind == "depth":
+        return FrameError("too_deep", f"the frame's {exc}")
+    return FrameError("frame_too_large", f"the frame's {exc}")
+
+
 def parse_chat_request(frame: JSONDict) -> ChatRequest:
     """Decode a chat request frame; raises `FrameError` on anything malformed."""
     request_id = frame.get("id")
@@ -55,7 +71,9 @@ def parse_chat_request(frame: JSONDict) -> ChatRequest:
     if not isinstance(raw_body, str) or not raw_body:
         raise FrameError("invalid_request", "`init.body` must be a JSON string")
     try:
-        body: Any = json.loads(raw_body)
+        body: Any = limits.loads(raw_body)
+    except limits.JSONLimitError as exc:
+        raise _limit_error(exc) from exc
     except json.JSONDecodeError as exc:
         raise FrameError("invalid_json", f"`init.body` is not valid JSON: {exc.msg}") from exc
     if not isinstance(body, dict):
