@@ -9,9 +9,8 @@ backend's storage, so tests can check what a write left behind.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
 from dataclasses import replace
+from typing import Any, Protocol
 
 from sqlalchemy import Text, func, select, type_coerce, update
 

@@ -93,7 +93,8 @@ async def test_the_repair_quarantines_and_rewrites_poisoned_rows(
     original = poisoned_body("u1")
     async with store.engine.begin() as conn:
         await conn.execute(
-            text("UPDATE messages SET body = :body WHERE id = :pk"), {"body": original, "pk": pks[0]}
+            text("UPDATE messages SET body = :body WHERE id = :pk"),
+            {"body": original, "pk": pks[0]},
         )
         await conn.execute(
             text("UPDATE conversations SET last_body = :body WHERE id = :id"),
