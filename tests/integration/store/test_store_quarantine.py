@@ -51,7 +51,7 @@ def assert_kept(message: dict[str, Any]) -> None:
     """What a quarantined `u1` is handed out as: its id, role and text, within the bound."""
     assert message["id"] == "u1" and message["role"] == "user"
     assert message["parts"][0]["text"] == "u1"
-    assert limits.json_depth(message) <= limits.MAX_JSON_DEPTH
+    assert limits.json_depth(message) <= limits.MAX_MESSAGE_DEPTH
     json.dumps(message)  # and it can be encoded again
 
 

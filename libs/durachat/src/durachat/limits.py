@@ -10,7 +10,8 @@ document would.
 
 * `check_text(text)` / `loads(text)`: refuse a JSON text over `MAX_JSON_BYTES` or nested over
   `MAX_JSON_DEPTH`, before it is parsed;
-* `check_value(value)`: the same depth bound on an already parsed value;
+* `check_value(value)`: the same depth bound on an already parsed value (`MAX_MESSAGE_DEPTH`
+  for one chat message);
 * `json_depth(value)`, `text_depth(text)`: how deep a value or a JSON text is nested;
 * `prune(value)`: a copy without the containers nested past the bound, for data stored before
   the bound was enforced (docs/operations.md#stored-data-that-cannot-be-read).
@@ -27,6 +28,11 @@ MAX_JSON_DEPTH: Final = 64
 """Deepest nesting of arrays and objects accepted in a client's JSON (a scalar is depth 0,
 `[]` is 1). Chat messages need about 6 levels around the data of a tool call; 64 leaves room
 for any honest tool input or output and stays far below Python's recursion limit."""
+
+MAX_MESSAGE_DEPTH: Final = MAX_JSON_DEPTH - 8
+"""Deepest nesting of one chat message. Messages travel inside frames (a chat request's body
+is `{"messages": [message, ...]}`), so a message within this bound fits in a frame within
+`MAX_JSON_DEPTH`, however it is sent back."""
 
 MAX_JSON_BYTES: Final = 4 * 1024 * 1024
 """Largest JSON text accepted, in UTF-8 bytes (the gateway's default frame limit is smaller)."""

@@ -14,6 +14,7 @@ from durachat import limits
 from durachat.agent import AgentRegistry
 from durachat.messages import enforce_row_size_limit, sanitize_message
 from durachat.observability import EventType, emit
+from durachat.types import UIMessage
 from durachat_infra.cluster import ClusterView, LeaseHeldError, Leases, wake_owner
 from durachat_infra.eventlog import MAIN, LogWriter
 from durachat_infra.keys import ConversationKeys, conversation_tag
@@ -63,6 +64,11 @@ branches of a conversation share its lease and epoch."""
 def routing_key(key: ConversationKey) -> str:
     """The string rendezvous hashing places (shared by gateways and shards)."""
     return conversation_tag(key.tenant, key.agent, key.name)
+
+
+def _within_bound(message: UIMessage) -> UIMessage:
+    pruned: UIMessage = limits.prune(message, max_depth=limits.MAX_MESSAGE_DEPTH)[0]
+    return pruned
 
 
 def _report_quarantined(key: ConversationKey, stored: list[StoredMessage]) -> None:
@@ -273,7 +279,9 @@ class Conversations:
             # Nothing nested past the bound is stored (it could not be read back), then
             # built-in sanitising, the agent's own, and row-size compaction.
             sanitize=lambda m: enforce_row_size_limit(
-                agent.sanitize_message_for_persistence(sanitize_message(limits.prune(m)[0]))
+                agent.sanitize_message_for_persistence(
+                    sanitize_message(limits.prune(m, max_depth=limits.MAX_MESSAGE_DEPTH)[0])
+                )
             ),
         )
         recent = await self._store.recent_request_ids(conversation.id)

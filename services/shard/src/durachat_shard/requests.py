@@ -53,10 +53,20 @@ def check_limits(frame: JSONDict) -> None:
         raise _limit_error(exc) from exc
 
 
-def _limit_error(exc: limits.JSONLimitError) -> FrameError:
+def _limit_error(exc: limits.JSONLimitError, what: str = "the frame's") -> FrameError:
     if exc.kind == "depth":
-        return FrameError("too_deep", f"the frame's {exc}")
-    return FrameError("frame_too_large", f"the frame's {exc}")
+        return FrameError("too_deep", f"{what} {exc}")
+    return FrameError("frame_too_large", f"{what} {exc}")
+
+
+def _check_messages(messages: list[Any]) -> None:
+    """Each message within `MAX_MESSAGE_DEPTH`, as the store keeps it: a message stored as
+    sent can be sent back in any frame."""
+    for message in messages:
+        try:
+            limits.check_value(message, max_depth=limits.MAX_MESSAGE_DEPTH)
+        except limits.JSONLimitError as exc:
+            raise _limit_error(exc, "a message's") from exc
 
 
 def parse_chat_request(frame: JSONDict) -> ChatRequest:
@@ -81,6 +91,7 @@ def parse_chat_request(frame: JSONDict) -> ChatRequest:
     raw_messages = body.pop("messages", None)
     if not isinstance(raw_messages, list):
         raise FrameError("invalid_messages", "the request body needs a `messages` array")
+    _check_messages(raw_messages)
     messages = auto_transform_messages(raw_messages)
     if len(messages) != len(raw_messages):
         raise FrameError("invalid_messages", "every message needs an id, a role and parts")
@@ -103,6 +114,7 @@ def parse_messages(frame: JSONDict) -> list[UIMessage]:
     raw = frame.get("messages")
     if not isinstance(raw, list):
         raise FrameError("invalid_messages", "`messages` must be an array")
+    _check_messages(raw)
     messages = auto_transform_messages(raw)
     if len(messages) != len(raw):
         raise FrameError("invalid_messages", "every message needs an id, a role and parts")

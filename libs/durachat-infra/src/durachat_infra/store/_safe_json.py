@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 STORED_MAX_DEPTH: Final = limits.MAX_JSON_DEPTH
 """Deepest nesting a stored document is handed out with."""
 
+MESSAGE_MAX_DEPTH: Final = limits.MAX_MESSAGE_DEPTH
+"""Deepest nesting a stored message is handed out with: a client can send it back as it got
+it."""
+
 
 @dataclass(frozen=True, slots=True)
 class Problem:
@@ -41,18 +45,19 @@ class Problem:
         return self.reason
 
 
-def too_deep(text: str) -> int | None:
-    """The nesting depth of a JSON text if it is over `STORED_MAX_DEPTH`, else None."""
+def too_deep(text: str, max_depth: int = STORED_MAX_DEPTH) -> int | None:
+    """The nesting depth of a JSON text if it is over `max_depth`, else None."""
     # Counting brackets is C speed; the exact scan only runs on texts with many of them.
-    if text.count("[") + text.count("{") <= STORED_MAX_DEPTH:
+    if text.count("[") + text.count("{") <= max_depth:
         return None
     depth = limits.text_depth(text)
-    return depth if depth > STORED_MAX_DEPTH else None
+    return depth if depth > max_depth else None
 
 
-def decode_stored(text: str) -> tuple[Any, Problem | None]:
-    """A stored JSON document and, if it was not handed out as stored, why."""
-    depth = too_deep(text)
+def decode_stored(text: str, max_depth: int = STORED_MAX_DEPTH) -> tuple[Any, Problem | None]:
+    """A stored JSON document and, if it was not handed out as stored (nested deeper than
+    `max_depth`, or not readable), why."""
+    depth = too_deep(text, max_depth)
     if depth is None:
         try:
             return json.loads(text), None
@@ -61,7 +66,7 @@ def decode_stored(text: str) -> tuple[Any, Problem | None]:
     parsed = _parse_on_fresh_stack(text)
     if isinstance(parsed, BaseException):
         return None, Problem(f"not readable JSON: {type(parsed).__name__}", depth, 0)
-    pruned, dropped = limits.prune(parsed, max_depth=STORED_MAX_DEPTH)
+    pruned, dropped = limits.prune(parsed, max_depth=max_depth)
     return pruned, Problem("too deeply nested", depth, dropped)
 
 
@@ -95,7 +100,7 @@ def _parse_on_fresh_stack(text: str) -> Any:
 def stored_message(text: str, message_id: str, role: str) -> tuple[dict[str, Any], Problem | None]:
     """A stored message body and, if it was not handed out as stored, why. A body that is not
     a readable object becomes an empty message of the row's id and role."""
-    value, problem = decode_stored(text)
+    value, problem = decode_stored(text, MESSAGE_MAX_DEPTH)
     if isinstance(value, dict):
         return value, problem
     problem = problem or Problem("not a JSON object", 0, 0)

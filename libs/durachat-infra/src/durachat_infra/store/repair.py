@@ -3,9 +3,10 @@
 
 Reads never fail on such a document (the store hands out what can be kept of it, see
 `_safe_json`), but the row stays as it was. The repair makes that permanent: every JSON column
-of every row is checked, and a document nested past `durachat.limits.MAX_JSON_DEPTH` (or one
-that is not readable JSON at all) is copied to `quarantined_rows` as it was and rewritten as the
-store hands it out. A message keeps its id and role, and every part within the bound.
+of every row is checked, and a document nested past `durachat.limits.MAX_JSON_DEPTH` (a
+message: `MAX_MESSAGE_DEPTH`), or one that is not readable JSON at all, is copied to
+`quarantined_rows` as it was and rewritten as the store hands it out. A message keeps its id
+and role, and every part within the bound.
 
 Runs once as migration 0005, and on demand as `durachat-admin repair`. Plain SQL only, so the
 migration does not depend on the models of later versions. Idempotent: a repaired row is within
@@ -22,7 +23,14 @@ from typing import Any, Final
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from durachat_infra.store._safe_json import Problem, decode_stored, stored_message, too_deep
+from durachat_infra.store._safe_json import (
+    MESSAGE_MAX_DEPTH,
+    STORED_MAX_DEPTH,
+    Problem,
+    decode_stored,
+    stored_message,
+    too_deep,
+)
 
 BATCH: Final = 500
 
@@ -117,7 +125,8 @@ def _rows(conn: Connection, column: _Column) -> Iterator[Any]:
 def _check(column: _Column, row: Any) -> tuple[str | None, Problem] | None:
     """The rewritten document and why, or None for a document that reads safely."""
     document = str(row.document)
-    if too_deep(document) is None:
+    bound = MESSAGE_MAX_DEPTH if column.table == "messages" else STORED_MAX_DEPTH
+    if too_deep(document, bound) is None:
         try:
             json.loads(document)
             return None
