@@ -31,10 +31,15 @@ class ChatRequest:
     trigger: str
     body: JSONDict | None
     client_tools: list[JSONDict] | None
+    sent_ids: list[str] | None = None
+    """The sends this request carries, for a request rebuilt without its messages (a recovered
+    turn, from its record); None: read them from `messages`."""
 
     @property
     def user_message_ids(self) -> list[str]:
         """Ids of the trailing user messages: the sends this request carries."""
+        if self.sent_ids is not None:
+            return list(self.sent_ids)
         ids: list[str] = []
         for message in reversed(self.messages):
             if message.get("role") != "user":
