@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import httpx
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from durachat import limits
 from durachat.agent import AgentRegistry
@@ -240,6 +241,22 @@ class Conversations:
             if held.key == key and held.branch != MAIN:
                 self._release_soon(slot)
 
+    async def reclaim(self, keys: ConversationKeys) -> bool:
+        """Take back the lease of a conversation with a turn running or queued here, or frames
+        still to append, lost without anyone taking it over (Redis restarted without it, or
+        lost its data): the turn goes on and its frames reach clients rather than ending
+        unseen (docs/operations.md#failure-modes). Idle conversations are let go instead, and
+        re-activated on their next frame."""
+        actors = [h.actor for h in self._held.values() if h.keys == keys]
+        if self._draining or not actors or any(a.fenced for a in actors):
+            return False
+        if not any(a.busy for a in actors) and not self._writer.pending(keys):
+            return False
+        if not await self._leases.reclaim(keys, actors[0].epoch):
+            return False
+        log.warning("took back the lease of %s (lost without a new owner)", keys.tag)
+        return True
+
     def on_log_fenced(self, keys: ConversationKeys) -> None:
         """The event log refused a write: another shard owns the conversation now."""
         for held in self._held.values():
@@ -426,8 +443,14 @@ class Conversations:
             # task of its own: a slow database must never hold up lease renewal.
             self._last_heartbeat = now
             self._beat = asyncio.create_task(self._heartbeat())
-        for item, ok in zip(held, renewed, strict=True):
+        for item, renewed_ok in zip(held, renewed, strict=True):
             actor = item.actor
+            ok = renewed_ok
+            if not ok and not actor.fenced:
+                try:
+                    ok = await self.reclaim(item.keys)
+                except RedisError:
+                    ok = False
             if not ok or actor.fenced:
                 log.warning("lost the lease of %s", item.key)
                 self._release_soon((item.key, item.branch))
