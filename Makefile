@@ -10,7 +10,7 @@ export UV_PYTHON := $(PYTHON)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install run test test-py test-compat lint format bench bench-check clean
+.PHONY: help install run test test-py test-compat lint format bench bench-check chaos clean
 
 help:  # List the targets
 	@grep -E '^[a-z-]+:.*#' Makefile | sed -E 's/:.*#/\t/'
@@ -53,6 +53,12 @@ bench: install  # Load benchmark: prints a table, writes bench/results/*.json
 
 bench-check: install  # Re-run the load phase; fail if it regressed against bench/reference.json
 	$(BIN)/python -m bench.check
+
+CHAOS_SECONDS ?= 600
+chaos: install  # 10 minutes of random kills, pauses and Redis restarts under load, then the fault tests with 30 s outages; report in var/chaos/
+	DURACHAT_CHAOS_SECONDS=$(CHAOS_SECONDS) DURACHAT_CHAOS_REPORT=var/chaos/report.json \
+		$(BIN)/pytest -p no:cacheprovider -s tests/e2e/test_chaos.py
+	DURACHAT_FAULT_OUTAGE=30 $(BIN)/pytest -p no:cacheprovider tests/e2e/test_faults.py
 
 clean:  # Remove environments and local data
 	rm -rf $(VENV) $(TOOLS) var tests/compat/node_modules
