@@ -5,8 +5,10 @@ A user goes round its conversations one turn at a time: it reads the stored hist
 (`get-messages`, from any gateway that answers), sends a chat request on a WebSocket opened with
 a resume cursor, and waits for the terminal frame. When the socket drops (its gateway was
 killed), it reconnects through a gateway that answers, with the same connection id and the last
-cursor it saw, and goes on; a request none of whose frames was seen yet is sent again (requests
-are idempotent by id). Every chunk frame is kept by `seq`: a `seq` seen twice is a duplicate, a
+cursor it saw, and goes on. A request none of whose frames was seen yet is sent again on a new
+connection, and on the same one after `resend_after` seconds of silence, as a client retries
+(requests are idempotent by id): a shard killed after taking a frame, before storing its turn,
+loses it. Every chunk frame is kept by `seq`: a `seq` seen twice is a duplicate, a
 gap a loss.
 """
 
@@ -46,6 +48,14 @@ class TurnRecord:
     """The client was told the turn is being recovered."""
 
     @property
+    def reloaded(self) -> bool:
+        """Whether the client got the terminal frame of a completed turn without its chunks:
+        its socket dropped before the first chunk (so it had no cursor to resume from) and its
+        request, sent again, was answered as a repeat. A client then reads the reply with
+        `get-messages`, as the reference client does after a reconnect."""
+        return self.outcome == "completed" and not self.chunks and self.reconnects > 0
+
+    @property
     def outcome(self) -> str:
         """`completed`, the terminal's outcome, or `open` (no terminal frame)."""
         if self.terminal is None:
@@ -79,6 +89,8 @@ class LoadConfig:
     slow_share: float = 0.6
     """Share of turns asking for the slow reply (50 deltas, 100 ms apart)."""
     turn_timeout: float = 120.0
+    resend_after: float = 15.0
+    """Seconds without any frame of a request before it is sent again."""
     prefix: str = "chaos"
 
 
@@ -160,6 +172,7 @@ class User:
         the last cursor seen."""
         sent = False
         index = 0
+        heard = time.monotonic()
         while True:
             while index < len(client.frames):
                 frame = client.frames[index]
@@ -170,12 +183,19 @@ class User:
                         if record.reconnects:
                             record.resent += 1
                         await client.send(request)
+                        heard = time.monotonic()
                     sent = True
+                if frame.get("id") == record.request_id:
+                    heard = time.monotonic()
                 self._take(record, frame)
                 if record.terminal is not None:
                     return cursor
             if client.closed.is_set() or time.monotonic() > deadline:
                 return cursor
+            if sent and time.monotonic() - heard > self.config.resend_after:
+                record.resent += 1
+                await client.send(request)
+                heard = time.monotonic()
             client._new.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(client._new.wait(), 1.0)
