@@ -37,7 +37,10 @@ from support.chaos_load import LoadConfig, TurnRecord, User
 from support.cluster import running_cluster
 from support.faults import sql_rows, stop_between_writes
 
-FAULTS = ("kill_shard", "kill_gateway", "kill_jobs", "stop_shard", "restart_redis")
+FAULTS = ("stop_shard", "kill_gateway", "kill_jobs", "restart_redis", "kill_shard")
+"""Every kind of fault; in this order, a run that injects each once needs no shard restarted
+before the next fault (a shard takes seconds to start)."""
+SHARD_FAULTS = ("kill_shard", "stop_shard")
 OPEN = ("accepted", "running")
 
 
@@ -122,7 +125,10 @@ class Faults:
         return [p for p in self.cluster.processes if p.role == role and p.popen.poll() is None]
 
     async def inject(self, kind: str) -> None:
-        """Inject `kind`, repair it, and wait until the cluster serves again."""
+        """Inject `kind`, repair it, and wait until the cluster serves again (every gateway
+        lists a shard). A shard fault first waits for every shard, so one is always left."""
+        if kind in SHARD_FAULTS and not await self.serving(90, every=True):
+            self.unhealthy += 1
         if kind in ("kill_shard", "kill_gateway", "kill_jobs"):
             role = kind.removeprefix("kill_")
             victim = self.random.choice(self._running(role))
@@ -142,26 +148,28 @@ class Faults:
         else:
             raise ValueError(kind)
         self.injected[kind] += 1
-        if not await self.serving(60):
+        if not await self.serving(60, every=False):
             self.unhealthy += 1
 
-    async def serving(self, timeout: float) -> bool:
-        """Wait until every process runs and every gateway lists every shard."""
+    async def serving(self, timeout: float, *, every: bool) -> bool:
+        """Wait until every gateway answers and lists a live shard (`every`: every process
+        runs and every gateway lists every shard)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.cluster.restart_exited()
-            if await self._all_listed():
+            if await self._listed(every):
                 return True
             await asyncio.sleep(0.2)
         return False
 
-    async def _all_listed(self) -> bool:
-        want = {p.pid for p in self._running("shard")}
+    async def _listed(self, every: bool) -> bool:
+        running = {p.pid for p in self._running("shard")}
         try:
             async with httpx.AsyncClient(timeout=2) as http:
                 for url in self.cluster.urls:
                     shards = (await http.get(f"{url}/v1/cluster")).json()["shards"]
-                    if not want <= {s["pid"] for s in shards}:
+                    listed = {s["pid"] for s in shards} & running
+                    if not listed or (every and listed != running):
                         return False
         except (httpx.HTTPError, OSError, ValueError, KeyError):
             return False
@@ -207,7 +215,7 @@ async def _run(cluster: LocalCluster, redis: RedisServer, config: ChaosConfig) -
         await faults.run(config.seconds)
     finally:
         stop.set()
-    await faults.serving(60)
+    await faults.serving(60, every=False)
     # The users finish the turns under way (each bounded by the turn timeout).
     await asyncio.wait(load, timeout=config.settle + config.load.turn_timeout)
     for task in load:
