@@ -10,7 +10,7 @@ export UV_PYTHON := $(PYTHON)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install run test test-py test-compat lint format bench bench-check soak clean chromium playground
+.PHONY: help install run test test-py test-compat lint format bench bench-check soak chaos clean chromium playground
 
 help:  # List the targets
 	@grep -E '^[a-z-]+:.*#' Makefile | sed -E 's/:.*#/\t/'
@@ -82,6 +82,11 @@ soak: install  # Soak test: a local cluster under constant load for SOAK_DURATIO
 	$(BIN)/durachat load soak --url http://127.0.0.1:$(SOAK_PORT) --agent loadtest-agent \
 	  --users $(SOAK_USERS) --duration $(SOAK_DURATION) --scenario $(SOAK_SCENARIO) \
 	  --think 5-15 --idle-hold 60-120 --workers 1 --out $(SOAK_OUT)
+CHAOS_SECONDS ?= 600
+chaos: install  # 10 minutes of random kills, pauses and Redis restarts under load, then the fault tests with 30 s outages; report in var/chaos/
+	DURACHAT_CHAOS_SECONDS=$(CHAOS_SECONDS) DURACHAT_CHAOS_REPORT=var/chaos/report.json \
+		$(BIN)/pytest -p no:cacheprovider -s tests/e2e/test_chaos.py
+	DURACHAT_FAULT_OUTAGE=30 $(BIN)/pytest -p no:cacheprovider tests/e2e/test_faults.py
 
 clean:  # Remove environments and local data
 	rm -rf $(VENV) $(TOOLS) var tests/compat/node_modules playground/node_modules loadtest-results

@@ -113,7 +113,8 @@ async def _logged(cluster: LocalCluster, *needles: str) -> bool:
 async def test_sigkill_mid_reply_continues_on_another_shard(cluster: LocalCluster) -> None:
     name = f"kill-{time.time_ns()}"
     client = await WsClient.connect(cluster.urls[0], AGENT, name)
-    request = chat_request([user_message("a slow story")])
+    sent = user_message("a slow story")
+    request = chat_request([sent])
     await client.send(request)
     rid = str(request["id"])
     await client.wait_for(lambda f: f.get("id") == rid and f.get("seq") == 12, timeout=20)
@@ -122,6 +123,8 @@ async def test_sigkill_mid_reply_continues_on_another_shard(cluster: LocalCluste
 
     done = await client.wait_done(rid, timeout=45)
     assert "outcome" not in done and not done.get("error"), done
+    # The recovered terminal names the sends it answers, as an undisturbed one does.
+    assert done.get("messageIds") == [sent["id"]], done
     # Nothing lost, nothing repeated: the reply reads s00 ... s49 exactly once.
     assert client.text(rid) == SLOW_TEXT
     _assert_exactly_once(client, rid)

@@ -7,7 +7,7 @@ the cluster's lease script does. Everything it opens is closed by `close()`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from redis.asyncio import Redis
@@ -29,6 +29,7 @@ from durachat_infra.eventlog.port import (
 from durachat_infra.keys import ConversationKeys
 
 OnFenced = Callable[[ConversationKeys], None]
+Reclaim = Callable[[ConversationKeys], Awaitable[bool]]
 
 
 class LogBackend(Protocol):
@@ -44,7 +45,12 @@ class LogBackend(Protocol):
         ...
 
     def writer(
-        self, *, owner: str = "", maxlen: int = 10_000, on_fenced: OnFenced | None = None
+        self,
+        *,
+        owner: str = "",
+        maxlen: int = 10_000,
+        on_fenced: OnFenced | None = None,
+        reclaim: Reclaim | None = None,
     ) -> LogWriterPort:
         """A writer (flushed when the test ends)."""
         ...
@@ -85,9 +91,16 @@ class MemoryLogBackend:
         return ConversationKeys(self.prefix, tag)
 
     def writer(
-        self, *, owner: str = "", maxlen: int = 10_000, on_fenced: OnFenced | None = None
+        self,
+        *,
+        owner: str = "",
+        maxlen: int = 10_000,
+        on_fenced: OnFenced | None = None,
+        reclaim: Reclaim | None = None,
     ) -> LogWriterPort:
-        writer = MemoryLogWriter(self.log, owner=owner, maxlen=maxlen, on_fenced=on_fenced)
+        writer = MemoryLogWriter(
+            self.log, owner=owner, maxlen=maxlen, on_fenced=on_fenced, reclaim=reclaim
+        )
         self._writers.append(writer)
         return writer
 
@@ -129,9 +142,16 @@ class RedisLogBackend:
         return ConversationKeys(self.prefix, tag)
 
     def writer(
-        self, *, owner: str = "", maxlen: int = 10_000, on_fenced: OnFenced | None = None
+        self,
+        *,
+        owner: str = "",
+        maxlen: int = 10_000,
+        on_fenced: OnFenced | None = None,
+        reclaim: Reclaim | None = None,
     ) -> LogWriterPort:
-        writer = LogWriter(self._redis, owner=owner, maxlen=maxlen, on_fenced=on_fenced)
+        writer = LogWriter(
+            self._redis, owner=owner, maxlen=maxlen, on_fenced=on_fenced, reclaim=reclaim
+        )
         self._writers.append(writer)
         return writer
 

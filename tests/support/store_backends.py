@@ -9,9 +9,10 @@ backend's storage, so tests can check what a write left behind.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Protocol
 
-from sqlalchemy import func, select
+from sqlalchemy import Text, func, select, type_coerce, update
 
 from durachat_infra.store import Store
 from durachat_infra.store._memory_data import decode
@@ -52,6 +53,11 @@ class StoreBackend(Protocol):
 
     async def conversation_count(self) -> int:
         """How many conversations the database holds."""
+        ...
+
+    async def plant_body(self, pk: int, text: str) -> None:
+        """Overwrite the stored JSON text of message row `pk`, behind the store's back (data
+        written before a bound was enforced)."""
         ...
 
     async def close(self) -> None:
@@ -95,6 +101,13 @@ class MemoryBackend:
 
     async def conversation_count(self) -> int:
         return len(self.database.conversations)
+
+    async def plant_body(self, pk: int, text: str) -> None:
+        for state in self.database.conversations.values():
+            if pk in state.messages:
+                state.messages[pk] = replace(state.messages[pk], body=text)
+                return
+        raise KeyError(pk)
 
     async def close(self) -> None:
         pass
@@ -161,6 +174,12 @@ class SQLBackend:
         async with self._engine_store().engine.connect() as conn:
             count = await conn.scalar(select(func.count()).select_from(ConversationRow))
         return int(count or 0)
+
+    async def plant_body(self, pk: int, text: str) -> None:
+        async with self._engine_store().engine.begin() as conn:
+            await conn.execute(
+                update(Message).where(Message.id == pk).values(body=type_coerce(text, Text))
+            )
 
     async def close(self) -> None:
         for store in self._stores:

@@ -89,3 +89,31 @@ async def test_epoch_can_move_past_what_the_database_saw(redis: Redis, key_prefi
     other = Leases(redis, cluster, "b", ttl=5)
     with pytest.raises(LeaseHeldError):
         await other.advance_epoch(conv, 20)
+
+
+async def test_a_lost_lease_is_taken_back_only_if_nobody_took_it(
+    redis: Redis, key_prefix: str
+) -> None:
+    cluster = ClusterKeys(key_prefix)
+    conv = ConversationKeys(key_prefix, "reclaim")
+    a = Leases(redis, cluster, "a", ttl=5)
+    b = Leases(redis, cluster, "b", ttl=5)
+    grant = await a.acquire(conv)
+    assert await a.reclaim(conv, grant.epoch)  # still held: renewed
+    # It expired (Redis was away longer than the TTL); nobody took it meanwhile.
+    await redis.delete(conv.lease)
+    assert await a.reclaim(conv, grant.epoch)
+    assert await redis.get(conv.lease) == "a"
+    assert int(await redis.get(conv.epoch) or 0) == grant.epoch
+    # Redis lost everything: the lease and the counter, which comes back at the epoch.
+    await redis.delete(conv.lease, conv.epoch)
+    assert await a.reclaim(conv, grant.epoch)
+    assert int(await redis.get(conv.epoch) or 0) == grant.epoch
+    # Someone else began a tenure meanwhile: never taken back, held or not.
+    await redis.delete(conv.lease)
+    taken = await b.acquire(conv)
+    assert taken.epoch == grant.epoch + 1
+    assert not await a.reclaim(conv, grant.epoch)
+    await b.release(conv)
+    assert not await a.reclaim(conv, grant.epoch)
+    assert await redis.get(conv.lease) is None

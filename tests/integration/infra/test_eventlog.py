@@ -269,3 +269,50 @@ async def test_state_changes_are_json_of_strings(log_backend: LogBackend) -> Non
     state = await log_backend.reads().read_state(keys)
 
     assert (state.status, state.terminal) == ("done", terminal)
+
+
+async def test_a_refused_batch_is_written_again_once_the_lease_is_taken_back(
+    log_backend: LogBackend,
+) -> None:
+    keys = log_backend.keys("taken-back")
+    asked: list[ConversationKeys] = []
+    refused: list[ConversationKeys] = []
+
+    async def reclaim(lost: ConversationKeys) -> bool:
+        asked.append(lost)
+        assert writer.pending(lost)
+        await log_backend.set_lease(lost, "me")
+        return True
+
+    writer = log_backend.writer(owner="me", on_fenced=refused.append, reclaim=reclaim)
+    await log_backend.set_lease(keys, None)  # lost, as when Redis came back without it
+    first = writer.append_waitable(keys, Kind.CHUNK, '{"n":1}', request="r")
+    writer.append(keys, Kind.CHUNK, '{"n":2}', request="r")
+    await writer.flush()
+    writer.append(keys, Kind.CHUNK, '{"n":3}', request="r")
+    await writer.flush()
+
+    assert isinstance(await first, str)
+    assert asked == [keys] and refused == []
+    assert not writer.pending(keys)
+    reads = log_backend.reads()
+    assert frames(await reads.read_range(keys)) == ['{"n":1}', '{"n":2}', '{"n":3}']
+
+
+async def test_a_refused_batch_whose_lease_is_not_taken_back_is_dropped(
+    log_backend: LogBackend,
+) -> None:
+    keys = log_backend.keys("not-taken-back")
+    refused: list[ConversationKeys] = []
+
+    async def reclaim(lost: ConversationKeys) -> bool:
+        return False
+
+    writer = log_backend.writer(owner="me", on_fenced=refused.append, reclaim=reclaim)
+    await log_backend.set_lease(keys, "someone-else")
+    done = writer.append_waitable(keys, Kind.CHUNK, '{"n":1}', request="r")
+    await writer.flush()
+    with pytest.raises(LogFencedError):
+        await done
+    assert refused == [keys]
+    assert await log_backend.reads().read_range(keys) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import uuid
@@ -14,6 +15,7 @@ from fastapi import FastAPI, Query, Request, WebSocket
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from starlette.websockets import WebSocketDisconnect
 
 from durachat.protocol import MessageType
@@ -47,6 +49,11 @@ from durachat_infra.store import (
 )
 
 log = logging.getLogger(__name__)
+
+UNAVAILABLE = "The conversation is unavailable right now. Please retry."
+
+TRY_AGAIN_LATER = 1013
+"""WebSocket close code for a connection refused while a dependency is away."""
 
 CONNECTIONS = Gauge("durachat_gateway_connections", "Open client WebSocket connections")
 CHANNELS = Gauge("durachat_gateway_channels", "Conversations followed by this gateway")
@@ -219,6 +226,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         tag = conversation_tag(key.tenant, key.agent, key.name)
         CONNECTIONS.inc()
         channel: Channel | None = None
+        unavailable = False
         cursor = websocket.query_params.get("cursor")
         conn.cursors = cursor is not None
         try:
@@ -244,11 +252,22 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             await _serve(r, websocket, conn=conn, channel=channel, key=key, tag=tag)
         except WebSocketDisconnect:
             pass
+        except RedisError as exc:
+            # Redis is away: the conversation's log cannot be followed. Say so and close with
+            # "try again later" (docs/operations.md#failure-modes).
+            log.warning("could not open %s/%s: %s", agent, name, exc)
+            conn.send_error(
+                "unavailable", "The conversation is unavailable right now. Please retry."
+            )
+            unavailable = True
         finally:
             CONNECTIONS.dec()
             if channel is not None:
                 r.channels.leave(tag, conn)
             await conn.aclose()
+            if unavailable:
+                with contextlib.suppress(RuntimeError):
+                    await websocket.close(TRY_AGAIN_LATER)
 
     return app
 

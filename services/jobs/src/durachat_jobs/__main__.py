@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from durachat_infra.settings import ClusterTiming, JobsSettings
@@ -15,14 +16,21 @@ def main() -> None:
     )
     from durachat_infra.runtime import settle_heap
     from durachat_infra.telemetry import configure_telemetry
+    from durachat_jobs.supervise import stop_on_signals, supervise
     from durachat_jobs.worker import build_worker
 
     shutdown_telemetry = configure_telemetry("durachat-jobs")
-    worker = build_worker(settings, ClusterTiming())
-    settle_heap()
-    print("jobs worker running", flush=True)
+    timing = ClusterTiming()
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        stop_on_signals(stop)
+        settle_heap()
+        print("jobs worker running", flush=True)
+        await supervise(lambda: build_worker(settings, timing), stop=stop)
+
     try:
-        worker.run()
+        asyncio.run(run())
     finally:
         shutdown_telemetry()
 

@@ -34,7 +34,8 @@ def _every(seconds: int) -> set[int]:
 
 
 def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
-    """An arq worker with durachat's jobs and schedules."""
+    """An arq worker with durachat's jobs and schedules, to run under `supervise` (which
+    handles signals and starts a new worker when Redis was away)."""
 
     async def startup(ctx: dict[str, Any]) -> None:
         if settings.health_port is not None:
@@ -46,7 +47,13 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
         redis = Redis.from_url(settings.redis_url, decode_responses=True)
         keys = ClusterKeys(settings.key_prefix)
         view = ClusterView(redis, keys, refresh=timing.heartbeat_interval)
-        await view.start()
+        try:
+            await view.start()
+        except BaseException:
+            # Redis went away meanwhile: the supervisor starts a new worker later.
+            await view.stop()
+            await redis.aclose()
+            raise
         ctx["durachat"] = JobDeps(
             redis=redis,
             keys=keys,
@@ -105,7 +112,7 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
         on_shutdown=shutdown,
         job_serializer=JOB_SERIALIZER,
         job_deserializer=JOB_DESERIALIZER,
-        handle_signals=True,
+        handle_signals=False,
         poll_delay=0.1,
     )
 

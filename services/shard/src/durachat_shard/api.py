@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
-from durachat.protocol import MAIN_BRANCH
+from durachat.protocol import MAIN_BRANCH, MessageType
 from durachat_infra.cluster import RECOVER_PATH
 from durachat_infra.eventlog import LogWriter
 from durachat_infra.store import ConversationKey, DatabaseUnavailableError, UnknownBranchError
@@ -101,8 +101,16 @@ def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) ->
         handled = actor.submit(item.connection, item.frame)
         # Answer once the frame is handled and what it sent is in the event log: a client's
         # next frame (a resume probe, say) then sees its effect.
+        started = time.monotonic()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(handled), wait)
+        if item.frame.get("type") == MessageType.USE_CHAT_REQUEST.value:
+            # And once the accepted turn is stored: a shard that dies before that has not
+            # answered, so the gateway retries on the next owner instead of the request being
+            # lost with this shard's memory (docs/operations.md#when-a-shard-stops-or-dies).
+            left = wait - (time.monotonic() - started)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(actor.settled_writes()), max(0.0, left))
         await writer.flush()
         return JSONResponse({"ok": True, "shard": shard_id})
 

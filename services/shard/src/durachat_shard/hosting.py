@@ -9,9 +9,13 @@ from dataclasses import dataclass
 
 import httpx
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
+from durachat import limits
 from durachat.agent import AgentRegistry
 from durachat.messages import enforce_row_size_limit, sanitize_message
+from durachat.observability import EventType, emit
+from durachat.types import UIMessage
 from durachat_infra.cluster import ClusterView, LeaseHeldError, Leases, wake_owner
 from durachat_infra.eventlog import LogWriter
 from durachat_infra.keys import ConversationKeys, conversation_tag
@@ -61,6 +65,38 @@ branches of a conversation share its lease and epoch."""
 def routing_key(key: ConversationKey) -> str:
     """The string rendezvous hashing places (shared by gateways and shards)."""
     return conversation_tag(key.tenant, key.agent, key.name)
+
+
+def _within_bound(message: UIMessage) -> UIMessage:
+    pruned: UIMessage = limits.prune(message, max_depth=limits.MAX_MESSAGE_DEPTH)[0]
+    return pruned
+
+
+def _report_quarantined(key: ConversationKey, stored: list[StoredMessage]) -> None:
+    """Log and publish the messages of a loaded path that were quarantined."""
+    bad = [m for m in stored if m.quarantined is not None]
+    if not bad:
+        return
+    for message in bad:
+        log.warning(
+            "conversation %s/%s/%s: message %s loaded quarantined: %s",
+            key.tenant,
+            key.agent,
+            key.name,
+            message.message_id,
+            message.quarantined,
+        )
+    emit(
+        EventType.TRANSCRIPT_REPAIRED,
+        agent=key.agent,
+        name=key.name,
+        tenant=key.tenant,
+        payload={
+            "reason": "quarantined",
+            "messageIds": [m.message_id for m in bad],
+            "details": [m.quarantined for m in bad],
+        },
+    )
 
 
 class Conversations:
@@ -205,6 +241,22 @@ class Conversations:
             if held.key == key and held.branch != MAIN_BRANCH:
                 self._release_soon(slot)
 
+    async def reclaim(self, keys: ConversationKeys) -> bool:
+        """Take back the lease of a conversation with a turn running or queued here, or frames
+        still to append, lost without anyone taking it over (Redis restarted without it, or
+        lost its data): the turn goes on and its frames reach clients rather than ending
+        unseen (docs/operations.md#failure-modes). Idle conversations are let go instead, and
+        re-activated on their next frame."""
+        actors = [h.actor for h in self._held.values() if h.keys == keys]
+        if self._draining or not actors or any(a.fenced for a in actors):
+            return False
+        if not any(a.busy for a in actors) and not self._writer.pending(keys):
+            return False
+        if not await self._leases.reclaim(keys, actors[0].epoch):
+            return False
+        log.warning("took back the lease of %s (lost without a new owner)", keys.tag)
+        return True
+
     def on_log_fenced(self, keys: ConversationKeys) -> None:
         """The event log refused a write: another shard owns the conversation now."""
         for held in self._held.values():
@@ -241,12 +293,16 @@ class Conversations:
             await self._release_lease_unless_held(key, keys)
             raise
         agent = agent_cls(key.name, model=self._model)
+        _report_quarantined(key, stored)
         transcript = Transcript(
             [(m.pk, m.message) for m in stored],
             branch=ref,
-            # Built-in sanitising, the agent's own, then row-size compaction.
+            # Nothing nested past the bound is stored (it could not be read back), then
+            # built-in sanitising, the agent's own, and row-size compaction.
             sanitize=lambda m: enforce_row_size_limit(
-                agent.sanitize_message_for_persistence(sanitize_message(m))
+                agent.sanitize_message_for_persistence(
+                    sanitize_message(limits.prune(m, max_depth=limits.MAX_MESSAGE_DEPTH)[0])
+                )
             ),
         )
         recent = [] if empty else await self._store.recent_request_ids(conversation.id)
@@ -307,6 +363,9 @@ class Conversations:
         return held
 
     async def _load(self, conversation_id: int, ref: BranchRef) -> list[StoredMessage]:
+        # A message the store could not hand out as stored comes quarantined (what could be
+        # kept of it) rather than failing the load: no stored row makes a conversation
+        # unloadable (docs/operations.md#stored-data-that-cannot-be-read).
         if ref == MAIN_BRANCH:
             return await self._store.load_path(conversation_id)
         path = await self._store.branch_path(conversation_id, ref)
@@ -393,8 +452,14 @@ class Conversations:
             # task of its own: a slow database must never hold up lease renewal.
             self._last_heartbeat = now
             self._beat = asyncio.create_task(self._heartbeat())
-        for item, ok in zip(held, renewed, strict=True):
+        for item, renewed_ok in zip(held, renewed, strict=True):
             actor = item.actor
+            ok = renewed_ok
+            if not ok and not actor.fenced:
+                try:
+                    ok = await self.reclaim(item.keys)
+                except RedisError:
+                    ok = False
             if not ok or actor.fenced:
                 log.warning("lost the lease of %s", item.key)
                 self._release_soon((item.key, item.branch))

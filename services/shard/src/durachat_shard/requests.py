@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from durachat import limits
 from durachat.messages import auto_transform_messages
 from durachat.tools import Tool
 from durachat.types import JSONDict, UIMessage
@@ -30,10 +31,15 @@ class ChatRequest:
     trigger: str
     body: JSONDict | None
     client_tools: list[JSONDict] | None
+    sent_ids: list[str] | None = None
+    """The sends this request carries, for a request rebuilt without its messages (a recovered
+    turn, from its record); None: read them from `messages`."""
 
     @property
     def user_message_ids(self) -> list[str]:
         """Ids of the trailing user messages: the sends this request carries."""
+        if self.sent_ids is not None:
+            return list(self.sent_ids)
         ids: list[str] = []
         for message in reversed(self.messages):
             if message.get("role") != "user":
@@ -41,6 +47,31 @@ class ChatRequest:
             ids.append(str(message["id"]))
         ids.reverse()
         return ids
+
+
+def check_limits(frame: JSONDict) -> None:
+    """Refuse a frame nested deeper than `durachat.limits.MAX_JSON_DEPTH`: stored, such data
+    would break every later read of the conversation (docs/protocol.md#errors)."""
+    try:
+        limits.check_value(frame)
+    except limits.JSONLimitError as exc:
+        raise _limit_error(exc) from exc
+
+
+def _limit_error(exc: limits.JSONLimitError, what: str = "the frame's") -> FrameError:
+    if exc.kind == "depth":
+        return FrameError("too_deep", f"{what} {exc}")
+    return FrameError("frame_too_large", f"{what} {exc}")
+
+
+def _check_messages(messages: list[Any]) -> None:
+    """Each message within `MAX_MESSAGE_DEPTH`, as the store keeps it: a message stored as
+    sent can be sent back in any frame."""
+    for message in messages:
+        try:
+            limits.check_value(message, max_depth=limits.MAX_MESSAGE_DEPTH)
+        except limits.JSONLimitError as exc:
+            raise _limit_error(exc, "a message's") from exc
 
 
 def parse_chat_request(frame: JSONDict) -> ChatRequest:
@@ -55,7 +86,9 @@ def parse_chat_request(frame: JSONDict) -> ChatRequest:
     if not isinstance(raw_body, str) or not raw_body:
         raise FrameError("invalid_request", "`init.body` must be a JSON string")
     try:
-        body: Any = json.loads(raw_body)
+        body: Any = limits.loads(raw_body)
+    except limits.JSONLimitError as exc:
+        raise _limit_error(exc) from exc
     except json.JSONDecodeError as exc:
         raise FrameError("invalid_json", f"`init.body` is not valid JSON: {exc.msg}") from exc
     if not isinstance(body, dict):
@@ -63,6 +96,7 @@ def parse_chat_request(frame: JSONDict) -> ChatRequest:
     raw_messages = body.pop("messages", None)
     if not isinstance(raw_messages, list):
         raise FrameError("invalid_messages", "the request body needs a `messages` array")
+    _check_messages(raw_messages)
     messages = auto_transform_messages(raw_messages)
     if len(messages) != len(raw_messages):
         raise FrameError("invalid_messages", "every message needs an id, a role and parts")
@@ -85,6 +119,7 @@ def parse_messages(frame: JSONDict) -> list[UIMessage]:
     raw = frame.get("messages")
     if not isinstance(raw, list):
         raise FrameError("invalid_messages", "`messages` must be an array")
+    _check_messages(raw)
     messages = auto_transform_messages(raw)
     if len(messages) != len(raw):
         raise FrameError("invalid_messages", "every message needs an id, a role and parts")

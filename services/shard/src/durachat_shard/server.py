@@ -37,6 +37,10 @@ class _Server(uvicorn.Server):
         yield
 
 
+async def _false() -> bool:
+    return False
+
+
 async def serve(settings: ShardSettings) -> None:
     """Run a shard until SIGTERM/SIGINT."""
     agents = AgentRegistry()
@@ -55,6 +59,7 @@ async def serve(settings: ShardSettings) -> None:
         owner=settings.shard_id,
         maxlen=settings.log_maxlen,
         on_fenced=lambda keys: fenced[0].on_log_fenced(keys) if fenced else None,
+        reclaim=lambda keys: fenced[0].reclaim(keys) if fenced else _false(),
     )
     view = ClusterView(redis, cluster_keys, refresh=settings.heartbeat_interval)
     leases = Leases(redis, cluster_keys, settings.shard_id, settings.lease_ttl)

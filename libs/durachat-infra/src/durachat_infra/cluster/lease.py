@@ -43,6 +43,23 @@ end
 return redis.call('INCR', KEYS[2])
 """
 
+# KEYS: lease, epoch. ARGV: shard id, ttl ms, the holder's epoch. Takes back a lease its holder
+# lost without anyone else taking it: it is vacant, and no tenure began after the holder's (the
+# counter is still at its epoch, or was lost with Redis' data). 1 if held now, 0 if not.
+_RECLAIM = """
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if holder then return 0 end
+local current = tonumber(redis.call('GET', KEYS[2]) or '0')
+if current > tonumber(ARGV[3]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[3])
+return 1
+"""
+
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
@@ -80,6 +97,7 @@ class Leases:
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
         self._advance = redis.register_script(_ADVANCE)
+        self._reclaim = redis.register_script(_RECLAIM)
 
     async def acquire(self, keys: ConversationKeys) -> LeaseGrant:
         """Take the lease (or confirm it); raises `LeaseHeldError` if a live shard holds it.
@@ -123,6 +141,17 @@ class Leases:
         for keys in many:
             await self._renew(keys=[keys.lease], args=[self._shard_id, self._ttl_ms], client=pipe)
         return [bool(r) for r in await pipe.execute()]
+
+    async def reclaim(self, keys: ConversationKeys, epoch: int) -> bool:
+        """Take back a lease this shard held at `epoch` and lost (it expired while Redis was
+        unreachable, or Redis lost its data), provided nobody took it meanwhile: it is vacant
+        and no later epoch was handed out. The tenure goes on under the same epoch, so the
+        database's fencing is unchanged; the counter is restored if it was lost. True if the
+        lease is held now."""
+        result = await self._reclaim(
+            keys=[keys.lease, keys.epoch], args=[self._shard_id, self._ttl_ms, str(epoch)]
+        )
+        return bool(int(result))
 
     async def release(self, keys: ConversationKeys) -> None:
         """Give the lease up if still held."""

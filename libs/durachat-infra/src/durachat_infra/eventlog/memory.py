@@ -21,7 +21,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from durachat.protocol import MAIN_BRANCH
@@ -153,11 +153,14 @@ class MemoryLogWriter:
         owner: str = "",
         maxlen: int = 10_000,
         on_fenced: Callable[[ConversationKeys], None] | None = None,
+        reclaim: Callable[[ConversationKeys], Awaitable[bool]] | None = None,
     ) -> None:
         self._log = log
         self._owner = owner
         self._maxlen = maxlen
         self._on_fenced = on_fenced
+        self._reclaim = reclaim
+        self._writing: dict[ConversationKeys, list[_Pending]] = {}
         self._queue: dict[ConversationKeys, list[_Pending]] = {}
         self._flusher: asyncio.Task[None] | None = None
 
@@ -192,6 +195,10 @@ class MemoryLogWriter:
         self._enqueue(keys, item)
         return done
 
+    def pending(self, keys: ConversationKeys) -> bool:
+        """Whether entries of the conversation are queued or being written."""
+        return bool(self._queue.get(keys)) or bool(self._writing.get(keys))
+
     async def flush(self) -> None:
         """Wait until every entry queued so far is written or refused."""
         while self._queue or (self._flusher is not None and not self._flusher.done()):
@@ -217,12 +224,18 @@ class MemoryLogWriter:
         await asyncio.sleep(0)
         while self._queue:
             batch, self._queue = self._queue, {}
+            self._writing = batch
             for keys, items in batch.items():
-                self._write(keys, items)
+                await self._write(keys, items)
+            self._writing = {}
             await asyncio.sleep(0)
 
-    def _write(self, keys: ConversationKeys, items: list[_Pending]) -> None:
+    async def _write(self, keys: ConversationKeys, items: list[_Pending]) -> None:
         if self._owner and self._log.lease(keys) != self._owner:
+            if self._reclaim is not None and await self._reclaim(keys):
+                # Taken back: written again, ahead of what was queued since.
+                self._queue[keys] = items + self._queue.get(keys, [])
+                return
             log.warning("event log write fenced off for %s", keys.tag)
             for item in items:
                 if item.done is not None and not item.done.done():

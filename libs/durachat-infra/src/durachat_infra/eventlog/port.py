@@ -46,6 +46,9 @@ class LogWriterPort(Protocol):
     with an entry is stored in the entry and applied to the stream state, with the value `$id`
     standing for the new entry's id. The log keeps about its newest `maxlen` entries (at least
     that many).
+
+    A writer given a `reclaim` callback asks it first, when a batch is refused: if it took the
+    lease back (it returns True), the batch is written again ahead of the entries queued since.
     """
 
     def append(
@@ -74,6 +77,10 @@ class LogWriterPort(Protocol):
         branch: str = "",
     ) -> asyncio.Future[str]:
         """Queue an entry; the future resolves to its id once written."""
+        ...
+
+    def pending(self, keys: ConversationKeys) -> bool:
+        """Whether entries of the conversation are queued or being written."""
         ...
 
     async def flush(self) -> None:

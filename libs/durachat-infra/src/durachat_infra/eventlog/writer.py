@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
@@ -16,6 +16,11 @@ from durachat_infra.eventlog.scripts import APPEND
 from durachat_infra.keys import ConversationKeys
 
 log = logging.getLogger(__name__)
+
+
+_RETRIES = 30
+"""Times a conversation's entries are written again after Redis refused them (about a minute
+with the back-off) before they are dropped."""
 
 
 class LogFencedError(Exception):
@@ -45,6 +50,10 @@ class LogWriter:
     batch is in flight goes into the next one, so under load a round trip carries many chunks.
     Each script call checks that `owner` still holds the conversation's lease: a shard that lost
     a conversation cannot add to its log. `on_fenced` is told which conversation was lost.
+
+    Before that, `reclaim` (if given) may take a vacant lease back (see `Leases.reclaim`): when
+    it does, the refused entries are written again, ahead of those queued since, so a running
+    reply goes on in order after Redis lost its leases.
     """
 
     def __init__(
@@ -54,6 +63,7 @@ class LogWriter:
         owner: str = "",
         maxlen: int = 10_000,
         on_fenced: Callable[[ConversationKeys], None] | None = None,
+        reclaim: Callable[[ConversationKeys], Awaitable[bool]] | None = None,
     ) -> None:
         self._redis = redis
         self._owner = owner
@@ -63,6 +73,8 @@ class LogWriter:
         self._script = redis.register_script(APPEND)
         self._loaded = False
         self._on_fenced = on_fenced
+        self._reclaim = reclaim
+        self._writing: dict[ConversationKeys, list[_Append]] = {}
 
     def append(
         self,
@@ -100,6 +112,10 @@ class LogWriter:
         self._queue.setdefault(keys, []).append(item)
         self._kick()
 
+    def pending(self, keys: ConversationKeys) -> bool:
+        """Whether entries of the conversation are queued or being written."""
+        return bool(self._queue.get(keys)) or bool(self._writing.get(keys))
+
     async def flush(self) -> None:
         """Wait until every entry queued so far is written (or dropped as fenced)."""
         while self._queue or (self._flusher is not None and not self._flusher.done()):
@@ -120,8 +136,10 @@ class LogWriter:
         # Yield once so everything appended during the current tick joins the first batch.
         await asyncio.sleep(0)
         delay = 0.05
+        refused: dict[ConversationKeys, int] = {}
         while self._queue:
             batch, self._queue = self._queue, {}
+            self._writing = batch
             while True:
                 try:
                     results = await self._write(batch)
@@ -130,9 +148,12 @@ class LogWriter:
                     log.warning("event log write failed, retrying: %s", exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 2.0)
-            delay = 0.05
+            retry = False
             for (keys, items), result in zip(batch.items(), results, strict=True):
                 if isinstance(result, ResponseError) and str(result).startswith("FENCED"):
+                    if await self._took_back(keys):
+                        self._queue[keys] = items + self._queue.get(keys, [])
+                        continue
                     log.warning("event log write fenced off for %s", keys.tag)
                     for item in items:
                         if item.done is not None and not item.done.done():
@@ -141,12 +162,36 @@ class LogWriter:
                         self._on_fenced(keys)
                     continue
                 if isinstance(result, Exception):
+                    # A Redis that is loading its data or refusing writes for a while: the
+                    # entries are written again, in order, unless it goes on refusing.
+                    refused[keys] = refused.get(keys, 0) + 1
+                    if refused[keys] <= _RETRIES:
+                        log.warning("event log write refused for %s: %s", keys.tag, result)
+                        self._queue[keys] = items + self._queue.get(keys, [])
+                        retry = True
+                        continue
                     log.error("event log write failed for %s: %s", keys.tag, result)
                     continue
+                refused.pop(keys, None)
                 assert isinstance(result, list)
                 for item, entry_id in zip(items, result, strict=True):
                     if item.done is not None and not item.done.done():
                         item.done.set_result(str(entry_id))
+            self._writing = {}
+            if retry:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            else:
+                delay = 0.05
+
+    async def _took_back(self, keys: ConversationKeys) -> bool:
+        if self._reclaim is None:
+            return False
+        try:
+            return await self._reclaim(keys)
+        except RedisError as exc:
+            log.warning("could not take back the lease of %s: %s", keys.tag, exc)
+            return False
 
     async def _write(self, batch: dict[ConversationKeys, list[_Append]]) -> list[object]:
         if not self._loaded:

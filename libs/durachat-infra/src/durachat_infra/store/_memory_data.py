@@ -26,6 +26,7 @@ from durachat_infra.store._records import (
     TurnRecord,
     TurnStatus,
 )
+from durachat_infra.store._safe_json import decode_column, stored_message
 from durachat_infra.store.errors import AmbiguousMessageError, StoreError, UnknownBranchError
 
 
@@ -40,8 +41,9 @@ def encode(value: Any, action: str) -> str | None:
 
 
 def decode(text: str | None) -> Any:
-    """A stored JSON document, as a fresh object."""
-    return None if text is None else json.loads(text)
+    """A stored JSON document, as a fresh object (cut back within the bound if it is nested
+    too deep to read safely, as the SQL store does)."""
+    return None if text is None else decode_column(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +58,16 @@ class MessageRow:
     body: str
 
     def stored(self) -> StoredMessage:
-        """The row as the store hands it out."""
-        return StoredMessage(self.pk, self.message_id, self.parent_pk, self.seq, decode(self.body))
+        """The row as the store hands it out (quarantined as the SQL store does)."""
+        message, problem = stored_message(self.body, self.message_id, self.role)
+        return StoredMessage(
+            self.pk,
+            self.message_id,
+            self.parent_pk,
+            self.seq,
+            message,
+            None if problem is None else str(problem),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,6 +79,8 @@ class StoredMessage:
         parent_pk: the parent row, `None` for a root.
         seq: position in the conversation's insertion order (unique, monotonic).
         message: the UIMessage.
+        quarantined: why the stored body could not be handed out as stored (it was nested too
+            deep to read safely; `message` is then what could be kept of it), else None.
     """
 
     pk: int
@@ -86,6 +88,7 @@ class StoredMessage:
     parent_pk: int | None
     seq: int
     message: dict[str, Any]
+    quarantined: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,10 +11,12 @@ from typing import Any, TypeVar
 from sqlalchemy import (
     Integer,
     Row,
+    Text,
     insert,
     literal,
     null,
     select,
+    type_coerce,
     update,
 )
 from sqlalchemy import cast as sql_cast
@@ -37,6 +39,7 @@ from durachat_infra.store._records import (
     Siblings,
     StoredMessage,
 )
+from durachat_infra.store._safe_json import stored_message
 from durachat_infra.store._store_turns import TurnReads
 from durachat_infra.store._transaction import FencedTransaction, fence
 from durachat_infra.store.errors import (
@@ -169,16 +172,7 @@ class Store(TurnReads):
         )
         async with self._read("load path") as conn:
             rows = await _path(conn, leaf)
-        return [
-            StoredMessage(
-                pk=row.id,
-                message_id=row.message_id,
-                parent_pk=row.parent_id,
-                seq=row.seq,
-                message=row.body,
-            )
-            for row in rows
-        ]
+        return [_stored(conversation_id, row) for row in rows]
 
     async def transcript(
         self, key: ConversationKey, branch: str = MAIN_BRANCH
@@ -200,7 +194,7 @@ class Store(TurnReads):
         )
         async with self._read("load transcript") as conn:
             rows = await _path(conn, leaf)
-        return [row.body for row in rows]
+        return [_stored(key, row).message for row in rows]
 
     async def list_branches(self, conversation_id: int) -> list[BranchRecord]:
         """Every branch of the conversation, oldest first (`main` first); `[]` if the
@@ -229,16 +223,7 @@ class Store(TurnReads):
             if found.leaf_id is None:
                 return []
             rows = await _path(conn, literal(found.leaf_id))
-        return [
-            StoredMessage(
-                pk=row.id,
-                message_id=row.message_id,
-                parent_pk=row.parent_id,
-                seq=row.seq,
-                message=row.body,
-            )
-            for row in rows
-        ]
+        return [_stored(conversation_id, row) for row in rows]
 
     async def siblings(
         self, conversation_id: int, message_id: str, branch: BranchRef | None = None
@@ -392,12 +377,43 @@ async def _path(conn: AsyncConnection, leaf: ColumnElement[Any]) -> list[Row[Any
     up = _branches.up_from(leaf, "path")
     result = await conn.execute(
         select(
-            Message.id, Message.message_id, Message.parent_id, Message.seq, Message.body, up.c.depth
+            Message.id,
+            Message.message_id,
+            Message.parent_id,
+            Message.seq,
+            Message.role,
+            # The text as stored: `_stored` decodes each body on its own, so one bad row
+            # cannot fail the read of the others.
+            type_coerce(Message.body, Text).label("body"),
+            up.c.depth,
         ).join(up, up.c.id == Message.id)
     )
     # Ordered here rather than with ORDER BY: the database would sort whole rows, bodies
     # included (PostgreSQL spills long paths to disk), where sorting the depths is enough.
     return sorted(result, key=attrgetter("depth"), reverse=True)
+
+
+def _stored(conversation: object, row: Row[Any]) -> StoredMessage:
+    """A message row as handed out; a body that cannot be read as stored is quarantined: what
+    can be kept of it is handed out instead, and the row is reported (`durachat-admin repair`
+    rewrites such rows, docs/operations.md#stored-data-that-cannot-be-read)."""
+    message, problem = stored_message(row.body, row.message_id, row.role)
+    if problem is not None:
+        logger.warning(
+            "quarantined message %s (row %s) of conversation %s: %s",
+            row.message_id,
+            row.id,
+            conversation,
+            problem,
+        )
+    return StoredMessage(
+        pk=row.id,
+        message_id=row.message_id,
+        parent_pk=row.parent_id,
+        seq=row.seq,
+        message=message,
+        quarantined=None if problem is None else str(problem),
+    )
 
 
 async def _copy_path(conn: AsyncConnection, leaf_pk: int | None, target: int) -> int | None:

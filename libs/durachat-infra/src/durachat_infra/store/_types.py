@@ -9,6 +9,8 @@ from typing import Any
 from sqlalchemy import DateTime, Dialect, Text
 from sqlalchemy.types import TypeDecorator
 
+from durachat_infra.store._safe_json import decode_column
+
 
 def utcnow() -> datetime:
     """Return the current time as a timezone-aware UTC datetime."""
@@ -45,7 +47,8 @@ class JSONText(TypeDecorator[Any]):
 
     Used instead of `JSON`/`JSONB` so both databases store, compare and return exactly the same
     thing (SQLite's JSON type is text anyway, and nothing queries inside these documents). Python
-    `None` is SQL `NULL`.
+    `None` is SQL `NULL`. A stored document too deep to read safely is handed out cut back
+    within the bound (see `_safe_json`), never as an error.
     """
 
     impl = Text
@@ -59,4 +62,4 @@ class JSONText(TypeDecorator[Any]):
     def process_result_value(self, value: str | None, dialect: Dialect) -> Any:
         if value is None:
             return None
-        return json.loads(value)
+        return decode_column(value)

@@ -187,7 +187,7 @@ class MemoryStore:
         found = None if state is None else _named(state, branch)
         if state is None or found is None:
             return []
-        return [decode(row.body) for row in path(state, found.leaf_pk)]
+        return [row.stored().message for row in path(state, found.leaf_pk)]
 
     async def list_branches(self, conversation_id: int) -> list[BranchRecord]:
         """Every branch, oldest first."""

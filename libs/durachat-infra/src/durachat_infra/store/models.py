@@ -39,6 +39,7 @@ __all__ = [
     "Branch",
     "Conversation",
     "Message",
+    "QuarantinedRow",
     "RecoveryIncident",
     "Tenant",
     "Turn",
@@ -228,3 +229,20 @@ class RecoveryIncident(_Timestamps, Base):
     status: Mapped[str]
     attempt: Mapped[int] = mapped_column(Integer)
     data: Mapped[dict[str, Any] | None] = mapped_column(JSONText)
+
+
+class QuarantinedRow(_Timestamps, Base):
+    """A stored JSON document that could not be read safely, as it was before `durachat-admin
+    repair` (or migration 0005) rewrote it (docs/operations.md#stored-data-that-cannot-be-read).
+    Kept for inspection; nothing reads it. No foreign keys: it outlives what it came from."""
+
+    __tablename__ = "quarantined_rows"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    table_name: Mapped[str]
+    column_name: Mapped[str]
+    row_id: Mapped[int] = mapped_column(BigInteger)
+    conversation_id: Mapped[int | None] = mapped_column(BigInteger)
+    reason: Mapped[str]
+    original: Mapped[str]

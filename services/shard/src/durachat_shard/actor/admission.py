@@ -24,7 +24,13 @@ from durachat_shard.actor.state import RECENT_REQUESTS, QueuedTurn
 from durachat_shard.actor.tool_answers import ToolAnswers
 from durachat_shard.concurrency import Concurrency, merge_user_messages
 from durachat_shard.recovery import turn_snapshot
-from durachat_shard.requests import ChatRequest, FrameError, parse_chat_request, parse_messages
+from durachat_shard.requests import (
+    ChatRequest,
+    FrameError,
+    check_limits,
+    parse_chat_request,
+    parse_messages,
+)
 from durachat_shard.transcript import Change, Reconciled
 
 log = logging.getLogger(__name__)
@@ -66,6 +72,7 @@ class Admission:
     async def handle(self, connection_id: str, frame: JSONDict) -> None:
         """Handle one frame (a JSON object with a string `type`); raises `FrameError` for a
         frame that cannot be handled (see `reject`)."""
+        check_limits(frame)
         kind = frame.get("type")
         if kind == MessageType.USE_CHAT_REQUEST.value:
             init = frame.get("init")

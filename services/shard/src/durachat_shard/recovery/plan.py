@@ -336,6 +336,8 @@ class RecoveryPlanner:
             trigger=interrupted.trigger,
             body=interrupted.body,
             client_tools=interrupted.client_tools,
+            # Its frames carry the sends it answers, as the interrupted turn's would have.
+            sent_ids=interrupted.user_message_ids,
         )
         partial = found.partial
         live = state.status == "streaming" and state.request == interrupted.request_id
