@@ -90,6 +90,7 @@ class FencedTransaction(BranchWrites, RecordWrites):
                     )
                 ).scalar_one()
                 pks.append(pk)
+                self._inserted.add(pk)
                 parent = pk
             return pks
 
@@ -171,6 +172,7 @@ class FencedTransaction(BranchWrites, RecordWrites):
         ids = sorted(set(pks))
         if not ids:
             return
+        self._inserted.difference_update(ids)
         chunks = [ids[i : i + _IN_CHUNK] for i in range(0, len(ids), _IN_CHUNK)]
         async with self._op("delete messages") as conn:
             if len(chunks) > 1:

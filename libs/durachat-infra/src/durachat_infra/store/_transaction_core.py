@@ -38,6 +38,9 @@ class TransactionCore:
         self.epoch = epoch
         self._closed = False
         self._failed = False
+        self._inserted: set[int] = set()
+        """Rows this transaction inserted (and has not deleted): known to be the conversation's
+        messages without asking the database again."""
 
     @contextlib.asynccontextmanager
     async def _op(self, action: str) -> AsyncIterator[AsyncConnection]:
@@ -64,10 +67,14 @@ class TransactionCore:
         return record
 
     async def _require_messages(self, conn: AsyncConnection, pks: list[int]) -> None:
+        # A turn inserts its message and then moves the branch to it: no second look-up.
+        unknown = [pk for pk in pks if pk not in self._inserted]
+        if not unknown:
+            return
         found = await conn.scalar(
-            statements.COUNT_MESSAGES, statements.params(cid=self.conversation_id, pks=pks)
+            statements.COUNT_MESSAGES, statements.params(cid=self.conversation_id, pks=unknown)
         )
-        if found != len(set(pks)):
+        if found != len(set(unknown)):
             raise StoreError(
                 f"message(s) {sorted(set(pks))} not (all) in conversation {self.conversation_id}"
             )
