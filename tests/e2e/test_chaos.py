@@ -25,9 +25,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(int(SECONDS + 400))]
 
 def _config() -> ChaosConfig:
     if LONG:
+        kinds = os.environ.get("DURACHAT_CHAOS_FAULTS")
         return ChaosConfig(
             seconds=SECONDS,
             sequence=FAULTS,
+            kinds=tuple(kinds.split(",")) if kinds else FAULTS,
             seed=int(os.environ.get("DURACHAT_CHAOS_SEED", "1")),
             load=LoadConfig(users=8, conversations_per_user=4, slow_share=0.6),
         )

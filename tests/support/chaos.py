@@ -56,6 +56,8 @@ class ChaosConfig:
     """How long a SIGSTOPped shard stays stopped (past its 1.5 s lease)."""
     sequence: tuple[str, ...] = ()
     """Faults to inject in this order first (then at random)."""
+    kinds: tuple[str, ...] = FAULTS
+    """The faults drawn at random."""
     settle: float = 90.0
     """Seconds left after the last fault for open turns to end."""
     seed: int = 0
@@ -84,6 +86,7 @@ class Report:
     """Chunks missing from what a client received (gaps in `seq`)."""
     duplicates: int = 0
     """Chunks a client received twice."""
+    duplicated: list[str] = field(default_factory=list)
     unterminated: list[str] = field(default_factory=list)
     """Requests whose client never got a terminal frame."""
     open_in_sql: list[str] = field(default_factory=list)
@@ -182,7 +185,7 @@ class Faults:
         queue = list(self.config.sequence)
         while queue or time.monotonic() < end:
             await asyncio.sleep(self.random.uniform(*self.config.pause))
-            await self.inject(queue.pop(0) if queue else self.random.choice(FAULTS))
+            await self.inject(queue.pop(0) if queue else self.random.choice(self.config.kinds))
 
 
 async def run_chaos(config: ChaosConfig, tmp: Path) -> Report:
@@ -233,6 +236,7 @@ async def _run(cluster: LocalCluster, redis: RedisServer, config: ChaosConfig) -
         chunks=sum(len(r.chunks) for r in records),
         losses=sum(r.lost for r in records),
         duplicates=sum(r.duplicates for r in records),
+        duplicated=[d for r in records for d in r.duplicated],
         unterminated=[r.request_id for r in records if r.terminal is None],
         client_failures=[f for u in users for f in u.failures],
         unhealthy=faults.unhealthy,

@@ -40,7 +40,11 @@ class TurnRecord:
     slow: bool
     chunks: dict[int, str] = field(default_factory=dict)
     """Chunk bodies by `seq`."""
+    cursors: dict[int, str] = field(default_factory=dict)
+    """The cursor (log entry id) each chunk came with."""
     duplicates: int = 0
+    duplicated: list[str] = field(default_factory=list)
+    """What each duplicate was: its `seq`, both cursors, whether the bodies match."""
     terminal: Frame | None = None
     reconnects: int = 0
     resent: int = 0
@@ -214,7 +218,14 @@ class User:
             return
         seq = frame.get("seq")
         if isinstance(seq, int) and frame.get("body") and not frame.get("error"):
+            cursor = str(frame.get("cursor") or "")
             if seq in record.chunks:
                 record.duplicates += 1
+                same = record.chunks[seq] == str(frame["body"])
+                record.duplicated.append(
+                    f"{record.request_id} seq {seq}: cursor {record.cursors.get(seq)} then "
+                    f"{cursor}, {'same' if same else 'other'} body, replay {frame.get('replay')}"
+                )
             else:
                 record.chunks[seq] = str(frame["body"])
+                record.cursors[seq] = cursor

@@ -117,3 +117,26 @@ async def test_a_lost_lease_is_taken_back_only_if_nobody_took_it(
     await b.release(conv)
     assert not await a.reclaim(conv, grant.epoch)
     assert await redis.get(conv.lease) is None
+
+
+async def test_a_batch_written_again_after_a_lost_reply_is_appended_once(
+    redis: Redis, key_prefix: str
+) -> None:
+    """The writer sends a batch again when Redis' reply is lost (a connection cut after the
+    script ran): the append script recognises its token and appends nothing, even once the
+    lease is gone (it was applied under the lease)."""
+    from durachat_infra.eventlog.scripts import APPEND
+
+    keys = ConversationKeys(key_prefix, "twice")
+    script = redis.register_script(APPEND)
+    names = [keys.log, keys.state, keys.lease, keys.appended]
+    await redis.set(keys.lease, "me")
+    entry = ["c", '{"n":1}', "*", "r", "", ""]
+    first = await script(keys=names, args=["me", "100", "token-1", *entry])
+    await redis.delete(keys.lease)
+    again = await script(keys=names, args=["me", "100", "token-1", *entry])
+    assert again == first and len(first) == 1
+    assert await redis.xlen(keys.log) == 1
+    # Another batch is fenced as ever.
+    with pytest.raises(Exception, match="FENCED"):
+        await script(keys=names, args=["me", "100", "token-2", *entry])

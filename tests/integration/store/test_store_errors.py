@@ -129,6 +129,6 @@ def test_errors_share_one_root() -> None:
 def test_public_surface_is_pinned() -> None:
     public = sorted(name for name in vars(durachat_infra.store) if not name.startswith("_"))
     # Submodules imported by name: the errors, the models, the port and its in-memory adapter,
-    # the repair of rows written before the JSON bounds.
+    # the repair of unreadable rows.
     modules = {"errors", "models", "port", "memory", "repair"}
     assert sorted(durachat_infra.store.__all__) == sorted(set(public) - modules)

@@ -43,6 +43,12 @@ class ConversationKeys:
         """Counter: the fencing epoch, incremented on every lease acquisition."""
         return f"{self.prefix}:{{{self.tag}}}:epoch"
 
+    @property
+    def appended(self) -> str:
+        """Hash (with a TTL): the token and entry ids of the last batch appended to the log,
+        so a batch written again after a lost reply is not appended twice."""
+        return f"{self.prefix}:{{{self.tag}}}:appended"
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterKeys:

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-# KEYS: log, state, lease. ARGV: owner, maxlen, then six values per entry: kind, frame, target,
-# request, state change as JSON ("" for none), branch ("" for main). A state change is also stored
-# in its entry (so followers apply the same change) and applied to the state hash, where the
-# value "$id" stands for the id of the entry just added. Checking the lease, appending and
-# changing the state in one script means a former owner can never write, and a gateway reading
-# state and log together (SNAPSHOT) always sees them agree. An empty owner skips the lease check.
+# KEYS: log, state, lease, appended. ARGV: owner, maxlen, batch token, then six values per
+# entry: kind, frame, target, request, state change as JSON ("" for none), branch ("" for main).
+# A state change is also stored in its entry (so followers apply the same change) and applied to
+# the state hash, where the value "$id" stands for the id of the entry just added. Checking the
+# lease, appending and changing the state in one script means a former owner can never write,
+# and a gateway reading state and log together (SNAPSHOT) always sees them agree. An empty owner
+# skips the lease check. A batch whose token is the last one appended was applied already (its
+# reply was lost, and the writer sent it again): its ids are returned and nothing is appended,
+# whoever holds the lease now.
 APPEND = """
+if ARGV[3] ~= '' and redis.call('HGET', KEYS[4], 'token') == ARGV[3] then
+  return cjson.decode(redis.call('HGET', KEYS[4], 'ids'))
+end
 if ARGV[1] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[1] then
   return redis.error_reply('FENCED the conversation lease is held by another shard')
 end
 local ids = {}
-for i = 3, #ARGV, 6 do
+for i = 4, #ARGV, 6 do
   local fields = {'k', ARGV[i], 'f', ARGV[i + 1], 't', ARGV[i + 2], 'r', ARGV[i + 3]}
   if ARGV[i + 4] ~= '' then
     fields[#fields + 1] = 's'
@@ -34,6 +40,10 @@ for i = 3, #ARGV, 6 do
     if #args > 0 then redis.call('HSET', KEYS[2], unpack(args)) end
   end
   ids[#ids + 1] = id
+end
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[4], 'token', ARGV[3], 'ids', cjson.encode(ids))
+  redis.call('PEXPIRE', KEYS[4], 600000)
 end
 return ids
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -36,6 +37,14 @@ class _Append:
     state: str
     branch: str = ""
     done: asyncio.Future[str] | None = field(default=None)
+    token: str = field(default_factory=lambda: secrets.token_hex(8))
+
+
+def _token(items: list[_Append]) -> str:
+    """The token of a batch: its first entry's and its length. The same entries written again
+    (after Redis took them but its reply was lost) carry the same token; any other batch of the
+    conversation starts with another entry."""
+    return f"{items[0].token}:{len(items)}"
 
 
 def _state_json(state: dict[str, str] | None) -> str:
@@ -201,7 +210,7 @@ class LogWriter:
         # one more round trip per batch.
         pipe = self._redis.pipeline(transaction=False)
         for keys, items in batch.items():
-            args: list[str] = [self._owner, self._maxlen]
+            args: list[str] = [self._owner, self._maxlen, _token(items)]
             for item in items:
                 args += [
                     item.kind.value,
@@ -211,7 +220,9 @@ class LogWriter:
                     item.state,
                     item.branch,
                 ]
-            pipe.evalsha(self._script.sha, 3, keys.log, keys.state, keys.lease, *args)
+            pipe.evalsha(
+                self._script.sha, 4, keys.log, keys.state, keys.lease, keys.appended, *args
+            )
         results: list[object] = await pipe.execute(raise_on_error=False)
         if any(isinstance(r, NoScriptError) for r in results):
             # Redis restarted and forgot the script; nothing of this batch was applied.
