@@ -113,6 +113,9 @@ class LogReader(LogReads):
         self._follows: dict[str, tuple[str, EntryHandler]] = {}
         self._wake_id = "$"
         self._task: asyncio.Task[None] | None = None
+        self.observer: EntryHandler | None = None
+        """Also handed every entry read, after the conversation's handler (the gateway counts
+        the ends of turns with it)."""
 
     async def start(self) -> None:
         """Start following (call once)."""
@@ -172,6 +175,8 @@ class LogReader(LogReads):
                 entries = [LogEntry.from_fields(rid, fields) for rid, fields in rows]
                 try:
                     handler(entries)
+                    if self.observer is not None:
+                        self.observer(entries)
                 except Exception:
                     log.exception("event log handler failed for %s", key)
             if result and self._coalesce:
