@@ -54,7 +54,7 @@ async def test_concurrent_turns_are_limited_until_turns_end(redis: Redis, key_pr
     assert {r.quota for r in results if r is not None} == {"concurrent_turns"}
     running = await counters.running_turns("acme")
     assert len(running) == 2
-    await counters.end_turn("acme", running[0])
+    await counters.end_turn("acme", running[0][0])
     assert await counters.admit_turn("acme", members[4], limits) in (None,)
     assert (await counters.usage("acme", limits))["concurrent_turns"] == 2
 

@@ -263,9 +263,11 @@ class QuotaCounters:
         """A turn ended: it no longer counts as running."""
         await self._redis.zrem(self.keys(tenant).turns, member)
 
-    async def running_turns(self, tenant: str) -> list[str]:
-        """The members of the tenant's turns counted as running."""
-        return [str(m) for m in await self._redis.zrange(self.keys(tenant).turns, 0, -1)]
+    async def running_turns(self, tenant: str) -> list[tuple[str, float]]:
+        """The tenant's turns counted as running: `(member, when it expires)` (seconds since
+        the epoch, by Redis' clock)."""
+        rows = await self._redis.zrange(self.keys(tenant).turns, 0, -1, withscores=True)
+        return [(str(member), float(score)) for member, score in rows]
 
     async def add_tokens(self, used: Mapping[str, int]) -> None:
         """Count model tokens used today (`{tenant: tokens}`), one round trip."""

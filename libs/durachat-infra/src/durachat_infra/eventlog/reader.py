@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
@@ -113,9 +114,9 @@ class LogReader(LogReads):
         self._follows: dict[str, tuple[str, EntryHandler]] = {}
         self._wake_id = "$"
         self._task: asyncio.Task[None] | None = None
-        self.observer: EntryHandler | None = None
-        """Also handed every entry read, after the conversation's handler (the gateway counts
-        the ends of turns with it)."""
+        self.observer: Callable[[str, list[LogEntry]], None] | None = None
+        """Also handed every entry read (with the key of its log), after the conversation's
+        handler: the gateway sees the ends of turns with it."""
 
     async def start(self) -> None:
         """Start following (call once)."""
@@ -176,7 +177,7 @@ class LogReader(LogReads):
                 try:
                     handler(entries)
                     if self.observer is not None:
-                        self.observer(entries)
+                        self.observer(key, entries)
                 except Exception:
                     log.exception("event log handler failed for %s", key)
             if result and self._coalesce:
