@@ -107,7 +107,7 @@ def key_id_of(token: str) -> str | None:
     return kid if isinstance(kid, str) else None
 
 
-def verify(token: str, *, kid: str, secret: str, leeway: float = 5.0) -> TokenClaims:
+def verify(token: str, *, kid: str, secret: str, leeway: float = 1.0) -> TokenClaims:
     """Check a token's signature, issuer, audience and expiry, and read its grant.
 
     Raises:
