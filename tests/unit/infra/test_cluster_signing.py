@@ -16,6 +16,7 @@ from durachat_infra.cluster.signing import (
     TIMESTAMP_HEADER,
     ClusterAuth,
     RequireClusterSignature,
+    cluster_auth,
     sign,
     verify,
 )
@@ -42,9 +43,9 @@ class Echo:
         await send({"type": "http.response.body", "body": answer})
 
 
-def client(app: Echo, *, secret: str | None) -> httpx.AsyncClient:
+def client(app: Echo, *, secret: str | None, accepted: str = SECRET) -> httpx.AsyncClient:
     guarded = RequireClusterSignature(
-        app, secret=SECRET, open_paths=frozenset({"/internal/v1/health"})
+        app, secret=accepted, open_paths=frozenset({"/internal/v1/health"})
     )
     return httpx.AsyncClient(
         transport=httpx.ASGITransport(app=guarded),
@@ -115,3 +116,21 @@ def test_signatures_expire() -> None:
         verify(SECRET, timestamp=None, signature=None, method="POST", target=b"/p", body=b"")
         == "unsigned"
     )
+
+
+async def test_a_listed_secret_signs_with_the_first_and_accepts_any() -> None:
+    app = Echo()
+    rotating = f"new-secret, {SECRET}"
+    signer = cluster_auth(rotating)
+    assert signer is not None
+    guarded = RequireClusterSignature(app, secret=rotating)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=guarded), base_url="http://shard"
+    ) as http:
+        old = await http.post("/internal/x", content=b"{}", auth=ClusterAuth(SECRET))
+        new = await http.post("/internal/x", content=b"{}", auth=signer)
+        other = await http.post("/internal/x", content=b"{}", auth=ClusterAuth("other"))
+    assert (old.status_code, new.status_code, other.status_code) == (200, 200, 401)
+    async with client(app, secret="new-secret", accepted=SECRET) as http:
+        assert (await http.post("/internal/x", content=b"{}")).status_code == 401
+    assert cluster_auth(None) is None and cluster_auth(" , ") is None

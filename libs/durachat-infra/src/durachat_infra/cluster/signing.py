@@ -6,6 +6,10 @@ A signature is an HMAC-SHA256, keyed by the secret, over the time of the call, t
 the path with its query and the body. It proves the call comes from a process that holds the
 secret and that nothing in it (the tenant a frame is for, say) was changed on the way; the time
 bounds how long a recorded call could be replayed. The secret itself never travels.
+
+`DURACHAT_CLUSTER_SECRET` may list several secrets, comma-separated: calls are signed with the
+first and accepted with any, so the secret can be rotated without stopping the cluster
+(docs/security.md#rotation).
 """
 
 from __future__ import annotations
@@ -41,6 +45,11 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def secrets_of(setting: str | None) -> list[str]:
+    """The secrets a `DURACHAT_CLUSTER_SECRET` value lists (the first signs)."""
+    return [part.strip() for part in (setting or "").split(",") if part.strip()]
 
 
 def _mac(secret: str, timestamp: str, method: str, target: bytes, body: bytes) -> str:
@@ -104,16 +113,18 @@ class ClusterAuth(httpx.Auth):
         yield request
 
 
-def cluster_auth(secret: str | None) -> ClusterAuth | None:
-    """The signer for an httpx client (`httpx.AsyncClient(auth=...)`); None without a
-    secret."""
-    return None if not secret else ClusterAuth(secret)
+def cluster_auth(setting: str | None) -> ClusterAuth | None:
+    """The signer for an httpx client (`httpx.AsyncClient(auth=...)`) from the
+    `DURACHAT_CLUSTER_SECRET` setting; None without a secret."""
+    listed = secrets_of(setting)
+    return ClusterAuth(listed[0]) if listed else None
 
 
 class RequireClusterSignature:
     """ASGI middleware of a shard's internal API: every HTTP call under `protected` must be
     signed with the cluster secret, or it is answered 401 `{"code": "unauthorized"}` before it
-    reaches a route. Paths in `open_paths` (health checks) stay unsigned."""
+    reaches a route. Paths in `open_paths` (health checks) stay unsigned. `secret` is the
+    `DURACHAT_CLUSTER_SECRET` setting: a signature by any secret it lists is accepted."""
 
     def __init__(
         self,
@@ -124,7 +135,9 @@ class RequireClusterSignature:
         open_paths: frozenset[str] = frozenset(),
     ) -> None:
         self.app = app
-        self._secret = secret
+        self._secrets = secrets_of(secret)
+        if not self._secrets:
+            raise ValueError("no cluster secret")
         self._protected = protected
         self._open = open_paths
 
@@ -150,14 +163,17 @@ class RequireClusterSignature:
         target = bytes(scope.get("raw_path") or path.encode())
         if scope.get("query_string"):
             target += b"?" + bytes(scope["query_string"])
-        problem = verify(
-            self._secret,
-            timestamp=headers.get(TIMESTAMP_HEADER),
-            signature=headers.get(SIGNATURE_HEADER),
-            method=str(scope["method"]),
-            target=target,
-            body=body,
-        )
+        for secret in self._secrets:
+            problem = verify(
+                secret,
+                timestamp=headers.get(TIMESTAMP_HEADER),
+                signature=headers.get(SIGNATURE_HEADER),
+                method=str(scope["method"]),
+                target=target,
+                body=body,
+            )
+            if problem != "bad_signature":
+                break
         if problem is not None:
             await _unauthorized(send, problem)
             return
