@@ -17,8 +17,8 @@ from redis.asyncio import Redis
 from durachat_infra.keys import ConversationKeys, conversation_tag
 from durachat_infra.local.cluster import LocalCluster
 from support.cli import run_cli
-from support.waiting import eventually
 from support.tenancy import ADMIN, ADMIN_KEY, bearer, create_tenant, tenant_id
+from support.waiting import eventually
 from support.wsclient import WsClient, chat_request, user_message
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]

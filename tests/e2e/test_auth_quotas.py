@@ -64,7 +64,7 @@ async def transcript(http: httpx.AsyncClient, tenant: Tenant, name: str) -> list
 async def test_connections_are_limited_across_gateways(
     auth_cluster: LocalCluster, auth_http: httpx.AsyncClient
 ) -> None:
-    tenant = await create_tenant(auth_http, quotas={"connections": 2})
+    tenant = await create_tenant(auth_http, quotas={"connections": 2}, known_at=auth_cluster.urls)
     first, second = auth_cluster.urls
     a = await WsClient.connect(first, AGENT, "c", headers=tenant.headers)
     b = await WsClient.connect(second, AGENT, "c", headers=tenant.headers)
@@ -111,7 +111,9 @@ async def test_turns_per_minute_refuse_with_error_and_terminal_frames(
 async def test_concurrent_turns_free_up_when_turns_end(
     auth_cluster: LocalCluster, auth_http: httpx.AsyncClient
 ) -> None:
-    tenant = await create_tenant(auth_http, quotas={"concurrent_turns": 1})
+    tenant = await create_tenant(
+        auth_http, quotas={"concurrent_turns": 1}, known_at=auth_cluster.urls
+    )
     first, second = auth_cluster.urls
     a = await WsClient.connect(first, AGENT, "a", headers=tenant.headers)
     b = await WsClient.connect(second, AGENT, "b", headers=tenant.headers)

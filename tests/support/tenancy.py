@@ -8,6 +8,8 @@ from typing import Any
 
 import httpx
 
+from support.waiting import eventually
+
 ADMIN_KEY = "e2e-admin-key"
 AUTH_ENV = {"DURACHAT_ADMIN_KEY": ADMIN_KEY}
 """What a test cluster needs to require credentials."""
@@ -41,16 +43,29 @@ def tenant_id(prefix: str = "t") -> str:
 
 
 async def create_tenant(
-    http: httpx.AsyncClient, tenant: str | None = None, *, quotas: dict[str, int] | None = None
+    http: httpx.AsyncClient,
+    tenant: str | None = None,
+    *,
+    quotas: dict[str, int] | None = None,
+    known_at: list[str] | None = None,
 ) -> Tenant:
-    """Create a tenant through the admin API."""
+    """Create a tenant through the admin API; with `known_at` (gateway URLs), wait until each
+    of them accepts its key (a gateway learns of a new key within its refresh interval)."""
     body: dict[str, Any] = {"id": tenant or tenant_id()}
     if quotas is not None:
         body["quotas"] = quotas
     response = await http.post("/v1/admin/tenants", json=body, headers=ADMIN)
     assert response.status_code == 201, response.text
     created = response.json()
-    return Tenant(created["id"], created["api_key"], created["key_id"])
+    made = Tenant(created["id"], created["api_key"], created["key_id"])
+    for url in known_at or []:
+        async with httpx.AsyncClient(base_url=url, headers=made.headers, timeout=10) as gateway:
+
+            async def known(gateway: httpx.AsyncClient = gateway) -> bool:
+                return (await gateway.get("/v1/usage")).status_code == 200
+
+            await eventually(known, timeout=5.0)
+    return made
 
 
 async def mint(
