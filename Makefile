@@ -10,7 +10,7 @@ export UV_PYTHON := $(PYTHON)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install run test test-py test-compat lint format bench clean
+.PHONY: help install run test test-py test-compat lint format bench bench-auth clean
 
 help:  # List the targets
 	@grep -E '^[a-z-]+:.*#' Makefile | sed -E 's/:.*#/\t/'
@@ -50,6 +50,9 @@ format: install  # Format the code
 
 bench: install  # Load benchmark: prints a table, writes bench/results/*.json
 	$(BIN)/python -m bench
+
+bench-auth: install  # What auth mode costs: durachat open and with credentials, in one run
+	$(BIN)/python -m bench --targets durachat,durachat-auth
 
 clean:  # Remove environments and local data
 	rm -rf $(VENV) $(TOOLS) var tests/compat/node_modules
