@@ -40,6 +40,7 @@ async def seed(store: StorePort, key: ConversationKey, *texts: str) -> int:
         await tx.set_leaf(MAIN_BRANCH, pks[-1])
         await tx.begin_turn(f"req-{key.tenant}", kind="submit", owner="s1", request=None)
         await tx.create_branch("side")
+        await tx.save_incident("i1", request_id="r", status="open", attempt=1, data={})
     return conv.id
 
 
@@ -254,10 +255,27 @@ async def test_one_tenants_keys_find_nothing_of_another(store: StorePort) -> Non
     assert await store.get_turn(a_conv.id, "req-tenant-b") is None
     assert await store.open_turns(a_conv.id) == []
     assert await store.load_request_context(a_conv.id) == (None, None)
+    assert await store.get_incident(a_conv.id, "i1") is None
     assert await store.count_conversations("tenant-a") == 1
+    # A's writes cannot reach B's rows either.
+    b_pk = (await store.load_path(b_id))[0].pk
+    b_side = await store.get_branch(b_id, "side")
+    assert b_side is not None
+    await store.claim(a_conv.id, EPOCH)
+    with pytest.raises(StoreError):
+        async with store.transaction(a_conv.id, EPOCH) as tx:
+            await tx.insert_chain(b_pk, [msg("a-1")])
+    with pytest.raises(StoreError):
+        async with store.transaction(a_conv.id, EPOCH) as tx:
+            await tx.set_leaf(b_side.id, None)
+    with pytest.raises(StoreError):
+        async with store.transaction(a_conv.id, EPOCH) as tx:
+            await tx.delete_branch(b_side.id)
     await store.delete_tenant("tenant-a")
 
     assert [m["id"] for m in await store.transcript(b_key)] == ["tenant-b-0"]
+    assert [b.name for b in await store.list_branches(b_id)] == [MAIN_BRANCH, "side"]
+    assert await store.get_incident(b_id, "i1") is not None
     assert [k.id for k in await store.list_api_keys("tenant-b")] == ["kb"]
     assert [k.id for k in await store.list_signing_keys("tenant-b")] == ["sb"]
     assert await store.count_conversations("tenant-b") == 1
