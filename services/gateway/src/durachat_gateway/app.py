@@ -33,7 +33,13 @@ from durachat_gateway.branches_api import (
 from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import ClientConnection
 from durachat_gateway.forwarder import Forwarder, ForwardError
-from durachat_gateway.tenancy import Tenancy, frame_scope, quota_response_body, refused_turn
+from durachat_gateway.tenancy import (
+    UNAVAILABLE,
+    Tenancy,
+    frame_scope,
+    quota_response_body,
+    refused_turn,
+)
 from durachat_gateway.tenant_api import tenant_router
 from durachat_infra.cluster import ClusterView, cluster_auth
 from durachat_infra.eventlog import LogReader
@@ -252,7 +258,12 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         key = ConversationKey(tenant_of(websocket), agent, name)
         place: str | None = None
         if r.tenancy is not None:
-            place, refusal = await r.tenancy.admit_socket(principal, key)
+            try:
+                place, refusal = await r.tenancy.admit_socket(principal, key)
+            except UNAVAILABLE as exc:
+                log.warning("could not check the quotas of a socket: %s", exc)
+                await _deny(websocket, 503, "Unavailable, retry")
+                return
             if refusal is not None:
                 retry = str(max(1, refusal.retry_after))
                 body = PlainTextResponse(
@@ -470,16 +481,14 @@ def _forward(
     )
 
     async def deliver() -> None:
-        if admit:
-            assert tenancy is not None and isinstance(request_id, str)
-            refusal = tenancy.gate.check_request(key.tenant, frame)
-            if refusal is None:
-                _, refusal = await tenancy.gate.admit(key, request_id, size)
-            if refusal is not None:
-                for answer in refused_turn(request_id, refusal):
-                    conn.send_json(answer)
-                return
         try:
+            if admit:
+                assert tenancy is not None and isinstance(request_id, str)
+                refusal = await tenancy.admit_request(key, request_id, frame, size)
+                if refusal is not None:
+                    for answer in refused_turn(request_id, refusal):
+                        conn.send_json(answer)
+                    return
             await r.forwarder.forward(tag, payload)
         except ForwardError as exc:
             if admit:

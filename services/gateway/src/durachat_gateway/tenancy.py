@@ -14,18 +14,20 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from durachat.protocol import MessageType
 from durachat_gateway.auth.directory import AuthDirectory
 from durachat_gateway.auth.principal import Principal
 from durachat_gateway.connection import ClientConnection
+from durachat_gateway.forwarder import ForwardError
 from durachat_gateway.quota_gate import QuotaGate
 from durachat_gateway.tenant_admin import TenantAdmin
 from durachat_infra.eventlog import LogReader
 from durachat_infra.keys import ClusterKeys
 from durachat_infra.quotas import QuotaCounters, Refusal
 from durachat_infra.settings import GatewaySettings
-from durachat_infra.store import ConversationKey
+from durachat_infra.store import ConversationKey, DatabaseUnavailableError
 from durachat_infra.store.port import StorePort, TenantStorePort
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,9 @@ REVOKED_CLOSE: Final = 1008
 reconnect with it."""
 
 RESPONSE: Final = MessageType.USE_CHAT_RESPONSE.value
+
+UNAVAILABLE: Final = (RedisError, OSError, DatabaseUnavailableError)
+"""What keeps the quotas from being checked: the counters or the store cannot be reached."""
 
 _CHAT_FRAMES: Final = frozenset(
     {
@@ -161,6 +166,24 @@ class Tenancy:
         self.sockets.pop(conn, None)
         await self.gate.close_connection(tenant, handle)
 
+    async def admit_request(
+        self, key: ConversationKey, request_id: str, frame: dict[str, Any], size: int
+    ) -> Refusal | None:
+        """The quotas of a chat request (`size`: its frame's length): its size, then the
+        tenant's turn quotas. A refusal, or None once it is counted.
+
+        Raises:
+            ForwardError: `unavailable` if the counters cannot be reached.
+        """
+        refusal = self.gate.check_request(key.tenant, frame)
+        if refusal is not None:
+            return refusal
+        try:
+            _, refusal = await self.gate.admit(key, request_id, size)
+        except UNAVAILABLE as exc:
+            raise ForwardError("unavailable", f"quota counters unreachable: {exc}") from exc
+        return refusal
+
     async def check_branch_write(
         self, principal: Principal, key: ConversationKey, op: dict[str, Any]
     ) -> tuple[int, dict[str, Any], dict[str, str]] | None:
@@ -175,7 +198,10 @@ class Tenancy:
         except ValueError:
             # A name the store refuses: the owner's answer says so.
             return None
-        refusal = await self.gate.new_conversation(key)
+        try:
+            refusal = await self.gate.new_conversation(key)
+        except UNAVAILABLE:
+            return 503, {"code": "database_unavailable", "message": "retry"}, {}
         if refusal is None:
             return None
         body = json.loads(quota_response_body(refusal))
