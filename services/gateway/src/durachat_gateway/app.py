@@ -33,13 +33,7 @@ from durachat_gateway.branches_api import (
 from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import ClientConnection
 from durachat_gateway.forwarder import Forwarder, ForwardError
-from durachat_gateway.tenancy import (
-    UNAVAILABLE,
-    Tenancy,
-    frame_scope,
-    quota_response_body,
-    refused_turn,
-)
+from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body, refused_turn
 from durachat_gateway.tenant_api import tenant_router
 from durachat_infra.cluster import ClusterView, cluster_auth
 from durachat_infra.eventlog import LogReader
@@ -376,7 +370,7 @@ async def _serve(
             continue
         kind: str = frame["type"]
         FRAMES_IN.labels(kind if kind.startswith("cf_agent_") else "other").inc()
-        if tenancy is not None and not await _permitted(tenancy, conn, principal, key, frame):
+        if tenancy is not None and not await tenancy.permit(conn, principal, key, frame):
             continue
         if kind in (MessageType.STREAM_RESUME_REQUEST.value, MessageType.STREAM_RESUME_ACK.value):
             if conn.forwarding:
@@ -410,48 +404,6 @@ async def _resume(
         await channel.resume_ack(conn, request_id)
     else:
         conn.send_error("invalid_frame", "a resume ack needs the request `id`")
-
-
-async def _permitted(
-    tenancy: Tenancy,
-    conn: ClientConnection,
-    principal: Principal,
-    key: ConversationKey,
-    frame: dict[str, Any],
-) -> bool:
-    """Whether a frame may go on: the credential has the scope it needs, and a branch write
-    stays within what the credential covers and the tenant's quotas (docs/security.md)."""
-    needed = frame_scope(frame)
-    request_id = frame.get("id")
-    if not principal.allows(needed):
-        if frame["type"] == MessageType.USE_CHAT_REQUEST.value and isinstance(request_id, str):
-            conn.send_json(
-                {
-                    "type": MessageType.USE_CHAT_RESPONSE.value,
-                    "id": request_id,
-                    "body": "",
-                    "done": True,
-                    "error": True,
-                    "outcome": "error",
-                }
-            )
-        conn.send_error("insufficient_scope", f"the token lacks the {needed!r} scope")
-        return False
-    if frame["type"] == MessageType.BRANCH_OP.value and frame.get("op") != "siblings":
-        op = {"op": frame.get("op"), "new_name": frame.get("name")}
-        stopped = await tenancy.check_branch_write(principal, key, op)
-        if stopped is not None:
-            answer: dict[str, Any] = {
-                "type": MessageType.BRANCH_OP.value,
-                "op": frame.get("op"),
-                "status": stopped[0],
-                "body": stopped[1],
-            }
-            if isinstance(request_id, str):
-                answer["id"] = request_id
-            conn.send_json(answer)
-            return False
-    return True
 
 
 def _forward(

@@ -166,6 +166,49 @@ class Tenancy:
         self.sockets.pop(conn, None)
         await self.gate.close_connection(tenant, handle)
 
+    async def permit(
+        self,
+        conn: ClientConnection,
+        principal: Principal,
+        key: ConversationKey,
+        frame: dict[str, Any],
+    ) -> bool:
+        """Whether a client frame may go on: the credential has the scope it needs, and a
+        branch write stays within what the credential covers and the tenant's quotas. A frame
+        that may not is answered here."""
+        needed = frame_scope(frame)
+        request_id = frame.get("id")
+        if not principal.allows(needed):
+            if frame["type"] == MessageType.USE_CHAT_REQUEST.value and isinstance(request_id, str):
+                conn.send_json(
+                    {
+                        "type": RESPONSE,
+                        "id": request_id,
+                        "body": "",
+                        "done": True,
+                        "error": True,
+                        "outcome": "error",
+                    }
+                )
+            conn.send_error("insufficient_scope", f"the token lacks the {needed!r} scope")
+            return False
+        if frame["type"] != MessageType.BRANCH_OP.value or frame.get("op") == "siblings":
+            return True
+        op = {"op": frame.get("op"), "new_name": frame.get("name")}
+        stopped = await self.check_branch_write(principal, key, op)
+        if stopped is None:
+            return True
+        answer: dict[str, Any] = {
+            "type": MessageType.BRANCH_OP.value,
+            "op": frame.get("op"),
+            "status": stopped[0],
+            "body": stopped[1],
+        }
+        if isinstance(request_id, str):
+            answer["id"] = request_id
+        conn.send_json(answer)
+        return False
+
     async def admit_request(
         self, key: ConversationKey, request_id: str, frame: dict[str, Any], size: int
     ) -> Refusal | None:
