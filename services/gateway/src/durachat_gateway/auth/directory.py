@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 FULL_RELOAD: Final = 30.0
 """Seconds between reloads even when the auth version did not move."""
 
+VERIFIED_CACHE: Final = 10_000
+"""Tokens remembered as verified (a browser reconnects with the same token; checking a JWT's
+signature again costs more than the rest of a connect's checks together)."""
+
 
 class AuthError(Exception):
     """A credential was refused: `status` 401 (missing or not valid) or 403 (valid, but not
@@ -78,6 +82,8 @@ class AuthDirectory:
         self._current: dict[str, SigningKeyRecord] = {}
         self._version: str | None = None
         self._loaded_at = 0.0
+        self._verified: dict[str, tuple[Principal, float]] = {}
+        """Token → (its principal, its expiry in epoch seconds); emptied on every reload."""
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self.on_reload: list[Callable[[], None]] = []
@@ -110,6 +116,7 @@ class AuthDirectory:
             self._keys = {k.id: k for k in credentials.api_keys if k.tenant in tenants}
             self._signing = signing
             self._current = current
+            self._verified = {}
             self._loaded_at = time.monotonic()
         for listener in list(self.on_reload):
             try:
@@ -177,6 +184,19 @@ class AuthDirectory:
         return Principal(kind="key", tenant=record.tenant, key_id=key_id)
 
     def _token(self, token: str) -> Principal:
+        remembered = self._verified.get(token)
+        if remembered is not None:
+            principal, expires = remembered
+            if time.time() < expires and self.still_valid(principal):
+                return principal
+            del self._verified[token]
+        principal, expires = self._verify_token(token)
+        if len(self._verified) >= VERIFIED_CACHE:
+            self._verified.clear()
+        self._verified[token] = (principal, expires)
+        return principal
+
+    def _verify_token(self, token: str) -> tuple[Principal, float]:
         kid = key_id_of(token)
         if kid is None:
             raise AuthError("invalid_credentials", "not an API key or a client token")
@@ -193,7 +213,7 @@ class AuthDirectory:
             raise AuthError("invalid_token", "the token names another tenant than its key")
         if claims.api_key is not None and claims.api_key not in self._keys:
             raise AuthError("revoked_token", "the API key the token was minted with is revoked")
-        return Principal.of_token(claims)
+        return Principal.of_token(claims), claims.expires_at.timestamp()
 
     def still_valid(self, principal: Principal) -> bool:
         """Whether a credential checked earlier would still be accepted (its key not revoked,
