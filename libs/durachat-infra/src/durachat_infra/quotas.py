@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from redis.asyncio import Redis
 
-from durachat_infra.keys import TenantKeys
+from durachat_infra.keys import ConversationKeys, TenantKeys
 from durachat_infra.settings import QuotaDefaults
 
 __all__ = [
@@ -302,6 +302,11 @@ class QuotaCounters:
             "turns_available": None if available is None else math.floor(available),
             "tokens_today": tokens_today,
         }
+
+    async def has_log(self, keys: ConversationKeys) -> bool:
+        """Whether a conversation has an event log (so it exists: a log is written from its
+        first frame on and only ever trimmed, never deleted, while the conversation lives)."""
+        return bool(await self._redis.exists(keys.log))
 
     async def forget(self, tenant: str) -> int:
         """Delete every counter of the tenant; returns how many keys went."""

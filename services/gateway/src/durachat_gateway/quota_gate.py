@@ -133,9 +133,13 @@ class QuotaGate:
     # Conversations -----------------------------------------------------------------------
 
     async def new_conversation(self, key: ConversationKey) -> Refusal | None:
-        """Whether `key` may be used: it exists, or the tenant may have one more."""
+        """Whether `key` may be used: it exists, or the tenant may have one more. A
+        conversation with an event log exists (one Redis read); others are looked up in the
+        store."""
         limit = self.quotas(key.tenant).conversations
-        if not limit or await self._store.find_conversation(key) is not None:
+        if not limit or await self._counters.has_log(ConversationKeys(self._prefix, _tag(key))):
+            return None
+        if await self._store.find_conversation(key) is not None:
             return None
         if await self._store.count_conversations(key.tenant) < limit:
             return None
