@@ -48,14 +48,16 @@ async def test_concurrent_turns_are_limited_until_turns_end(redis: Redis, key_pr
     limits = quotas(concurrent_turns=2, turns_per_minute=0)
     members = [turn_member("agent", "c", f"r{i}") for i in range(5)]
 
-    results = await asyncio.gather(*(counters.admit_turn("acme", m, limits) for m in members))
+    admissions = await asyncio.gather(*(counters.admit_turn("acme", m, limits) for m in members))
+    results = [a.refusal for a in admissions]
 
     assert [r is None for r in results].count(True) == 2
     assert {r.quota for r in results if r is not None} == {"concurrent_turns"}
+    assert sorted(a.running for a in admissions if a.refusal is None) == [1, 2]
     running = await counters.running_turns("acme")
     assert len(running) == 2
     await counters.end_turn("acme", running[0][0])
-    assert await counters.admit_turn("acme", members[4], limits) in (None,)
+    assert (await counters.admit_turn("acme", members[4], limits)).refusal is None
     assert (await counters.usage("acme", limits))["concurrent_turns"] == 2
 
 
@@ -65,23 +67,26 @@ async def test_turns_per_minute_is_a_bucket_with_a_retry_after(
     counters = QuotaCounters(redis, key_prefix)
     limits = quotas(turns_per_minute=3, concurrent_turns=0)
 
-    results = [await counters.admit_turn("acme", f"r{i}", limits) for i in range(4)]
+    admissions = [await counters.admit_turn("acme", f"r{i}", limits) for i in range(4)]
+    results = [a.refusal for a in admissions]
 
     assert results[:3] == [None, None, None]
+    assert [round(a.turns_left or 0) for a in admissions[:3]] == [2, 1, 0]
     refused = results[3]
     assert refused is not None and refused.quota == "turns_per_minute"
     assert 1 <= refused.retry_after <= 20
     assert (await counters.usage("acme", limits))["turns_available"] == 0
-    assert await counters.admit_turn("other", "r0", limits) is None
+    assert (await counters.admit_turn("other", "r0", limits)).refusal is None
 
 
 async def test_tokens_per_day_stop_new_turns_once_used_up(redis: Redis, key_prefix: str) -> None:
     counters = QuotaCounters(redis, key_prefix)
     limits = quotas(tokens_per_day=100, concurrent_turns=0, turns_per_minute=0)
 
-    assert await counters.admit_turn("acme", "r1", limits, tokens=60) is None
+    first = await counters.admit_turn("acme", "r1", limits, tokens=60)
+    assert first.refusal is None and first.tokens_today == 60 and first.turns_left is None
     await counters.add_tokens({"acme": 50})
-    refused = await counters.admit_turn("acme", "r2", limits, tokens=1)
+    refused = (await counters.admit_turn("acme", "r2", limits, tokens=1)).refusal
 
     assert refused is not None and refused.quota == "tokens_per_day"
     assert refused.retry_after > 0

@@ -10,10 +10,10 @@ from redis.asyncio import Redis
 
 from durachat_gateway.auth.directory import AuthDirectory
 from durachat_gateway.auth.middleware import route_scope
-from durachat_gateway.quota_gate import QuotaGate
+from durachat_gateway.quota_gate import UNLIMITED_HEADROOM, QuotaGate, headroom_after
 from durachat_gateway.tenancy import frame_scope, refused_turn
 from durachat_infra.keys import ClusterKeys
-from durachat_infra.quotas import QuotaCounters, Refusal
+from durachat_infra.quotas import Admission, QuotaCounters, Quotas, Refusal
 from durachat_infra.settings import QuotaDefaults
 from durachat_infra.store.memory import MemoryStore
 
@@ -108,3 +108,21 @@ def test_zero_means_no_limit() -> None:
     limits = gate(max_message_bytes=0, max_messages_per_request=0)
 
     assert limits.check_request("acme", request_frame(*[message("x" * 5000)] * 50)) is None
+
+
+def limits(**quotas: int) -> Quotas:
+    return Quotas.resolve(QuotaDefaults(), quotas)
+
+
+def test_headroom_is_a_quarter_of_the_tightest_turn_limit_left() -> None:
+    both = limits(concurrent_turns=100, turns_per_minute=600, tokens_per_day=0)
+    assert headroom_after(both, Admission(None, running=20, turns_left=500.0)) == 20
+    assert headroom_after(both, Admission(None, running=90, turns_left=500.0)) == 2
+    assert headroom_after(both, Admission(None, running=98, turns_left=500.0)) == 0
+    tight = limits(concurrent_turns=1, turns_per_minute=2)
+    assert headroom_after(tight, Admission(None, running=1, turns_left=1.0)) == 0
+    free = limits(concurrent_turns=0, turns_per_minute=0, tokens_per_day=0)
+    assert headroom_after(free, Admission(None, running=5)) == UNLIMITED_HEADROOM
+    daily = limits(concurrent_turns=0, turns_per_minute=0, tokens_per_day=1000)
+    assert headroom_after(daily, Admission(None, tokens_today=400)) == UNLIMITED_HEADROOM
+    assert headroom_after(daily, Admission(None, tokens_today=600)) == 0

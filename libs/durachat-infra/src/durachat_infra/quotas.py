@@ -30,6 +30,7 @@ __all__ = [
     "CONNECTION_TTL",
     "QUOTA_NAMES",
     "TURN_TTL",
+    "Admission",
     "QuotaCounters",
     "Quotas",
     "Refusal",
@@ -84,6 +85,23 @@ class Quotas:
 
 
 @dataclass(frozen=True, slots=True)
+class Admission:
+    """What counting a chat request found.
+
+    Attributes:
+        refusal: the quota that refused it (nothing was counted), or None.
+        running: the tenant's running turns, this one included.
+        turns_left: what is left in the turns-per-minute bucket; None without a limit.
+        tokens_today: the tenant's tokens of the day, this request's included.
+    """
+
+    refusal: Refusal | None
+    running: int = 0
+    turns_left: float | None = None
+    tokens_today: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Refusal:
     """A request refused by a quota.
 
@@ -129,7 +147,8 @@ return 1
 
 # KEYS: turns, rate, tokens of today. ARGV: member, turn ttl, concurrent limit, per-minute
 # limit, tokens-per-day limit, tokens to count, seconds until the day ends. Checks the quotas
-# in that order, counts nothing unless all pass; returns {quota refused or '', retry after}.
+# in that order, counts nothing unless all pass; returns {quota refused, retry after}, or
+# {'', 0, running turns, turns left in the bucket ('' without a limit), tokens used today}.
 _ADMIT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -144,6 +163,7 @@ if running > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1])
   return {'concurrent_turns', 1}
 end
 local rate = tonumber(ARGV[4])
+local left = ''
 if rate > 0 then
   local bucket = redis.call('HMGET', KEYS[2], 'tokens', 'at')
   local tokens = tonumber(bucket[1]) or rate
@@ -152,17 +172,21 @@ if rate > 0 then
   if tokens < 1 then
     return {'turns_per_minute', math.ceil((1 - tokens) * 60 / rate)}
   end
-  redis.call('HSET', KEYS[2], 'tokens', tostring(tokens - 1), 'at', tostring(now))
+  left = tostring(tokens - 1)
+  redis.call('HSET', KEYS[2], 'tokens', left, 'at', tostring(now))
   redis.call('EXPIRE', KEYS[2], 120)
 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])) + 1)
 local add = tonumber(ARGV[6])
+local used
 if add > 0 then
-  redis.call('INCRBY', KEYS[3], add)
+  used = redis.call('INCRBY', KEYS[3], add)
   redis.call('EXPIRE', KEYS[3], 172800)
+else
+  used = tonumber(redis.call('GET', KEYS[3]) or '0')
 end
-return {'', 0}
+return {'', 0, redis.call('ZCARD', KEYS[1]), left, used}
 """
 
 # KEYS: connections, turns, rate. Live counts and the bucket's level now.
@@ -238,13 +262,13 @@ class QuotaCounters:
 
     async def admit_turn(
         self, tenant: str, member: str, quotas: Quotas, *, tokens: int = 0
-    ) -> Refusal | None:
+    ) -> Admission:
         """Count a chat request against the tenant's turn quotas (concurrent turns, turns per
         minute, tokens per day) and its estimated input `tokens`; a refusal (and nothing
-        counted) if one of them is used up."""
+        counted) if one of them is used up, else the levels after counting it."""
         keys = self.keys(tenant)
         day, left = _day()
-        quota, retry = await self._admit(
+        answer = await self._admit(
             keys=[keys.turns, keys.rate, keys.tokens(day)],
             args=[
                 member,
@@ -256,8 +280,16 @@ class QuotaCounters:
                 left,
             ],
         )
-        quota = quota.decode() if isinstance(quota, bytes) else str(quota)
-        return Refusal(quota, int(retry)) if quota else None
+        quota = str(answer[0])
+        if quota:
+            return Admission(Refusal(quota, int(answer[1])))
+        _, _, running, turns_left, used = answer
+        return Admission(
+            None,
+            running=int(running),
+            turns_left=float(turns_left) if turns_left != "" else None,
+            tokens_today=int(used),
+        )
 
     async def end_turn(self, tenant: str, member: str) -> None:
         """A turn ended: it no longer counts as running."""

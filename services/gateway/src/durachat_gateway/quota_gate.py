@@ -7,6 +7,14 @@ when this gateway sees the request's terminal frame in the conversation's log (t
 gateway follows that log while the requester is connected). A place whose end was missed (the
 requester left mid-turn) is checked against the turn's stored status once the tenant reaches
 its limit, and expires after `TURN_TTL` at the latest.
+
+Counting is a Redis round trip, which would sit between a chat request and its first chunk. A
+tenant found far from all its turn limits when its last request was counted has *headroom*:
+for `HEADROOM_WINDOW` seconds this gateway forwards up to a quarter of what that tenant had
+left at once and counts each in the background. Near a limit every request is counted before
+it goes on, so limits hold exactly; a burst from several gateways racing within one window can
+pass a limit only once their combined share of the headroom is used up (more than four
+gateways, each forwarding its whole quarter before any count lands).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import json
 import logging
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Final
 
 from prometheus_client import Counter, Gauge
@@ -28,6 +37,7 @@ from durachat_infra.keys import ConversationKeys, conversation_tag
 from durachat_infra.quotas import (
     CONNECTION_TTL,
     TURN_TTL,
+    Admission,
     QuotaCounters,
     Quotas,
     Refusal,
@@ -50,6 +60,11 @@ TENANT_TURNS = Counter(
 QUOTA_REFUSALS = Counter(
     "durachat_gateway_quota_refusals_total", "Requests refused by a quota", ["tenant", "quota"]
 )
+OVERRUNS = Counter(
+    "durachat_gateway_quota_overruns_total",
+    "Requests forwarded on headroom that their count then found over a quota",
+    ["tenant", "quota"],
+)
 
 UNSEEN_TURN_GRACE: Final = 30.0
 """Seconds a counted turn may have no stored row yet (its accept is still being written)."""
@@ -58,6 +73,46 @@ RECONCILE_EVERY: Final = 1.0
 """Seconds between two checks of one tenant's running turns against the store."""
 
 _SMALLEST_MESSAGE: Final = len('{"id":"","role":"","parts":[]}')
+
+HEADROOM_WINDOW: Final = 1.0
+"""Seconds a count that found a tenant far from its limits lets later requests go on first."""
+
+UNLIMITED_HEADROOM: Final = 1000
+"""Requests a gateway forwards first in one window for a tenant without turn limits."""
+
+
+@dataclass(slots=True)
+class Headroom:
+    """Requests of a tenant this gateway may forward before counting them, until `until`
+    (monotonic seconds)."""
+
+    until: float
+    budget: int
+
+
+def headroom_after(quotas: Quotas, admission: Admission) -> int:
+    """How many requests may go on before being counted, after a count found these levels: a
+    quarter of what is left of the tightest turn limit, none past half of a day's tokens."""
+    left: list[float] = []
+    if quotas.concurrent_turns:
+        left.append(quotas.concurrent_turns - admission.running)
+    if quotas.turns_per_minute and admission.turns_left is not None:
+        left.append(admission.turns_left)
+    if quotas.tokens_per_day and admission.tokens_today * 2 > quotas.tokens_per_day:
+        return 0
+    if not left:
+        return UNLIMITED_HEADROOM
+    return max(0, int(min(left) // 4))
+
+
+@dataclass(slots=True)
+class Admitted:
+    """A turn this gateway admitted: its tenant, its member, and the count still on its way
+    (a turn admitted on headroom)."""
+
+    tenant: str
+    member: str
+    counting: asyncio.Task[None] | None = None
 
 
 class QuotaGate:
@@ -79,8 +134,9 @@ class QuotaGate:
         self._prefix = key_prefix
         self._serial = itertools.count(1)
         self._connections: dict[str, set[str]] = defaultdict(set)
-        self._turns: dict[tuple[str, str], tuple[str, str]] = {}
-        """(log key, request id) → (tenant, member) of the turns this gateway admitted."""
+        self._turns: dict[tuple[str, str], Admitted] = {}
+        """(log key, request id) → the turns this gateway admitted."""
+        self._headroom: dict[str, Headroom] = {}
         self._reconciled: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
@@ -183,30 +239,66 @@ class QuotaGate:
         """Admit a chat request of `key` against its tenant's turn quotas; returns the turn's
         member (to `release` it) and the refusal, if any. The request's text counts as input
         tokens."""
-        quotas = self.quotas(key.tenant)
+        tenant = key.tenant
+        quotas = self.quotas(tenant)
         member = turn_member(key.agent, key.name, request_id)
         tokens = estimate_tokens(frame_chars)
-        refusal = await self._counters.admit_turn(key.tenant, member, quotas, tokens=tokens)
+        log_key = ConversationKeys(self._prefix, _tag(key)).log
+        room = self._headroom.get(tenant)
+        if room is not None and room.budget > 0 and time.monotonic() < room.until:
+            room.budget -= 1
+            counting = asyncio.get_running_loop().create_task(
+                self._count_later(tenant, member, quotas, tokens)
+            )
+            self._turns[(log_key, request_id)] = Admitted(tenant, member, counting)
+            TENANT_TURNS.labels(tenant).inc()
+            return member, None
+        admission = await self._counters.admit_turn(tenant, member, quotas, tokens=tokens)
+        refusal = admission.refusal
         if (
             refusal is not None
             and refusal.quota == "concurrent_turns"
-            and await self._reconcile(key.tenant)
+            and await self._reconcile(tenant)
         ):
-            refusal = await self._counters.admit_turn(key.tenant, member, quotas, tokens=tokens)
+            admission = await self._counters.admit_turn(tenant, member, quotas, tokens=tokens)
+            refusal = admission.refusal
         if refusal is not None:
-            QUOTA_REFUSALS.labels(key.tenant, refusal.quota).inc()
+            self._headroom.pop(tenant, None)
+            QUOTA_REFUSALS.labels(tenant, refusal.quota).inc()
             return member, refusal
-        TENANT_TURNS.labels(key.tenant).inc()
-        log_key = ConversationKeys(self._prefix, _tag(key)).log
-        self._turns[(log_key, request_id)] = (key.tenant, member)
+        self._note(tenant, quotas, admission)
+        TENANT_TURNS.labels(tenant).inc()
+        self._turns[(log_key, request_id)] = Admitted(tenant, member)
         return member, None
+
+    def _note(self, tenant: str, quotas: Quotas, admission: Admission) -> None:
+        """Remember how far the tenant is from its limits after a count."""
+        budget = headroom_after(quotas, admission)
+        if budget:
+            self._headroom[tenant] = Headroom(time.monotonic() + HEADROOM_WINDOW, budget)
+        else:
+            self._headroom.pop(tenant, None)
+
+    async def _count_later(self, tenant: str, member: str, quotas: Quotas, tokens: int) -> None:
+        """Count a turn admitted on headroom."""
+        try:
+            admission = await self._counters.admit_turn(tenant, member, quotas, tokens=tokens)
+        except (RedisError, OSError) as exc:
+            log.warning("could not count a turn of %s: %s", tenant, exc)
+            return
+        if admission.refusal is None:
+            self._note(tenant, quotas, admission)
+            return
+        # Other gateways took the rest meanwhile: this one has gone on uncounted.
+        self._headroom.pop(tenant, None)
+        OVERRUNS.labels(tenant, admission.refusal.quota).inc()
 
     async def release(self, key: ConversationKey, request_id: str) -> None:
         """A request admitted here will not run (it could not be delivered)."""
         log_key = ConversationKeys(self._prefix, _tag(key)).log
         found = self._turns.pop((log_key, request_id), None)
         if found is not None:
-            await self._end(*found)
+            await self._end(found)
 
     def observe(self, log_key: str, entries: list[LogEntry]) -> None:
         """Entries of a followed log: a terminal frame ends the turn it belongs to."""
@@ -216,15 +308,18 @@ class QuotaGate:
             if entry.kind is Kind.TERMINAL:
                 found = self._turns.pop((log_key, entry.request), None)
                 if found is not None:
-                    task = asyncio.get_running_loop().create_task(self._end(*found))
+                    task = asyncio.get_running_loop().create_task(self._end(found))
                     self._background.add(task)
                     task.add_done_callback(self._background.discard)
 
-    async def _end(self, tenant: str, member: str) -> None:
+    async def _end(self, turn: Admitted) -> None:
         try:
-            await self._counters.end_turn(tenant, member)
+            if turn.counting is not None:
+                # Its count must land before it is taken back, or it would stay counted.
+                await turn.counting
+            await self._counters.end_turn(turn.tenant, turn.member)
         except (RedisError, OSError) as exc:
-            log.warning("could not end a turn of %s (it expires): %s", tenant, exc)
+            log.warning("could not end a turn of %s (it expires): %s", turn.tenant, exc)
 
     async def _reconcile(self, tenant: str) -> bool:
         """Forget the tenant's counted turns that have ended (per the store); True if any
