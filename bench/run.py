@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench.auth_cost import auth_rows, render_auth
+from bench.auth_cost import auth_rows, paired_rows, render_auth, run_paired
 from bench.branches import BRANCHES_HEADER, branches_rows, run_branches
 from bench.loadgen import ClientPool
 from bench.phases import Params, Runner, machine_busy
@@ -343,6 +343,17 @@ def main(argv: list[str] | None = None) -> int:
                 document["results"].setdefault(name, {})["seconds"] = round(
                     time.monotonic() - started_target, 1
                 )
+        if pool is not None and {"durachat", "durachat-auth"} <= set(load_targets):
+            log("auth cost: both clusters side by side, alternating blocks ...")
+            pool.reset()
+            try:
+                document["auth_paired"] = run_paired(
+                    run_dir / "paired", cleanup, pool, params, log=log
+                )
+            except Exception:
+                failed = True
+                document["failures"]["auth_paired"] = traceback.format_exc()
+                log(f"auth cost failed:\n{traceback.format_exc()}")
         if pool is not None:
             pool.close()
             cleanup.remove("load generators")
@@ -393,7 +404,10 @@ def main(argv: list[str] | None = None) -> int:
         print(render(document["table"], document["reference"]))
         print()
     if document["results"].get("durachat-auth") and document["results"].get("durachat"):
-        document["auth_table"] = auth_rows(document["results"], document["params"])
+        paired = document.get("auth_paired")
+        document["auth_table"] = auth_rows(
+            document["results"], document["params"], judged=paired is None
+        ) + (paired_rows(paired) if paired else [])
         print(render_auth(document["auth_table"]))
         print()
     if "recovery" in document:
