@@ -66,7 +66,7 @@ def render_auth(table: list[dict[str, Any]]) -> str:
     )
 
 
-PAIRED_BLOCKS: Final = 4
+PAIRED_BLOCKS: Final = 6
 
 
 def run_paired(
@@ -80,12 +80,12 @@ def run_paired(
 ) -> dict[str, Any]:
     """Both clusters up at the same time, measured in alternating blocks (open, auth, auth,
     open, …): a shared machine's load drifts over minutes, and measuring one target after the
-    other turns that drift into a difference between them. Each block runs the one-at-a-time
-    phase (next-message TTFT) and a load round of half the conversations (chunks/s) on fresh
-    conversations."""
+    other turns that drift into a difference between them. The blocks of the one-at-a-time
+    phase (next-message TTFT) come first, then those of a load round of half the
+    conversations (chunks/s), each on fresh conversations."""
     small = replace(
         params,
-        sequential=10,
+        sequential=20,
         conversations=max(10, params.conversations // 2),
         rounds=1,
         sequential_budget=60.0,
@@ -103,15 +103,19 @@ def run_paired(
             Runner(targets[mode], pool, small).warmup()
         ttft: dict[str, list[float | None]] = {"open": [], "auth": []}
         rate: dict[str, list[float | None]] = {"open": [], "auth": []}
-        for block in range(blocks):
-            for mode in ("open", "auth") if block % 2 == 0 else ("auth", "open"):
-                runner = Runner(targets[mode], pool, small)
-                ttft[mode].append(runner.sequential()["warm"]["p50"])
-                rate[mode].append(runner.load()["chunks_per_s"])
-                log(
-                    f"  paired block {block + 1}/{blocks} {mode}: next-message TTFT p50 "
-                    f"{fmt(ttft[mode][-1])} ms, {fmt(rate[mode][-1])} chunks/s"
-                )
+        # All the one-at-a-time blocks first, then the load blocks: a block measured right
+        # after a load round on the same cluster would pay for that round's aftermath.
+        for phase, results in (("sequential", ttft), ("load", rate)):
+            for block in range(blocks):
+                for mode in ("open", "auth") if block % 2 == 0 else ("auth", "open"):
+                    runner = Runner(targets[mode], pool, small)
+                    if phase == "sequential":
+                        results[mode].append(runner.sequential()["warm"]["p50"])
+                        shown = f"next-message TTFT p50 {fmt(results[mode][-1])} ms"
+                    else:
+                        results[mode].append(runner.load()["chunks_per_s"])
+                        shown = f"{fmt(results[mode][-1])} chunks/s"
+                    log(f"  paired {phase} {block + 1}/{blocks} {mode}: {shown}")
     finally:
         for target in targets.values():
             if target.stop is not None:
