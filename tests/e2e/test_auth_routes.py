@@ -117,6 +117,18 @@ async def test_expired_and_revoked_credentials_are_refused(
         assert await upgrade_status(auth_cluster.urls[0], NAME, token=credential) == 401
 
 
+async def test_api_keys_are_refused_in_urls(
+    auth_cluster: LocalCluster, auth_http: httpx.AsyncClient
+) -> None:
+    tenant = await create_tenant(auth_http)
+    answer = await auth_http.get(f"/agents/{AGENT}/{NAME}/get-messages?token={tenant.key}")
+    assert (answer.status_code, answer.json()["code"]) == (401, "credential_in_url")
+    assert await upgrade_status(auth_cluster.urls[0], NAME, token=tenant.key) == 401
+    assert (
+        await auth_http.get(f"/v1/cluster?token={ADMIN['Authorization'][7:]}")
+    ).status_code == 401
+
+
 async def test_a_token_sees_only_its_conversation_and_scopes(
     auth_cluster: LocalCluster, auth_http: httpx.AsyncClient
 ) -> None:

@@ -88,7 +88,15 @@ class Authenticate:
             elif path in HEALTH_PATHS:
                 principal = self._open
             else:
-                principal = _authorize(directory.authenticate(_credential(scope)), scope, path)
+                credential, in_url = _credential(scope)
+                principal = directory.authenticate(credential)
+                if in_url and principal.kind != "token":
+                    # URLs end up in logs and browser histories: only short-lived tokens go there.
+                    raise AuthError(
+                        "credential_in_url",
+                        "API keys and the admin key go in the Authorization header, not the URL",
+                    )
+                principal = _authorize(principal, scope, path)
         except AuthError as exc:
             AUTH_FAILURES.labels(exc.code).inc()
             await _refuse(scope, receive, send, exc)
@@ -135,20 +143,20 @@ def _authorize(principal: Principal, scope: Scope, path: str) -> Principal:
     return principal
 
 
-def _credential(scope: Scope) -> str | None:
+def _credential(scope: Scope) -> tuple[str | None, bool]:
     """The bearer credential of the `Authorization` header, else the `token` query parameter
-    (what a browser's WebSocket can carry)."""
+    (what a browser's WebSocket can carry), and whether it came in the URL."""
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
             found = bearer(value.decode("latin-1"))
             if found:
-                return found
+                return found, False
     query = scope.get("query_string", b"")
     if b"token=" in query:
         tokens = parse_qs(query.decode("latin-1")).get("token")
         if tokens:
-            return str(tokens[-1])
-    return None
+            return str(tokens[-1]), True
+    return None, False
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, error: AuthError) -> None:
