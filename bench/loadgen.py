@@ -199,10 +199,13 @@ class Conversation:
             if self.request is not None:
                 self.request.error_frames += 1
 
-    async def open(self, host: str, port: int, agent: str, *, deflate: bool) -> dict[str, float]:
-        """Connect; returns the handshake and identity times (ms from the connect call)."""
+    async def open(
+        self, host: str, port: int, agent: str, *, deflate: bool, query: str = ""
+    ) -> dict[str, float]:
+        """Connect (with `query` added to the URL); returns the handshake and identity times
+        (ms from the connect call)."""
         start = time.time_ns()
-        path = f"/agents/{agent}/{self.name}?_pk={uuid.uuid4()}"
+        path = f"/agents/{agent}/{self.name}?_pk={uuid.uuid4()}" + (f"&{query}" if query else "")
         self.conn = await connect(host, port, path, self.on_text, deflate=deflate)
         opened = time.time_ns()
         identity_ns = await asyncio.wait_for(asyncio.shield(self.identity), 30.0)
@@ -311,12 +314,16 @@ class Worker:
 
     async def converse(self, command: Command) -> dict[str, Any]:
         host, port, agent = command["host"], command["port"], command["agent"]
+        query = command.get("query", "")
         deflate, timeout, words = command["deflate"], command["timeout"], command["words"]
         samples = Samples()
         convs = [Conversation(name, samples) for name in command["names"]]
         results = await _bounded(
             command.get("connect_concurrency", 50),
-            [lambda c=c: c.open(host, port, agent, deflate=deflate) for c in convs],  # type: ignore[misc]
+            [
+                lambda c=c: c.open(host, port, agent, deflate=deflate, query=query)  # type: ignore[misc]
+                for c in convs
+            ],
         )
         convs, connects = _connect_results(convs, results)
         requests: list[dict[str, Any]] = []
@@ -362,6 +369,7 @@ class Worker:
 
     async def sequential(self, command: Command) -> dict[str, Any]:
         host, port, agent = command["host"], command["port"], command["agent"]
+        query = command.get("query", "")
         deflate, timeout, words = command["deflate"], command["timeout"], command["words"]
         samples = Samples()
         requests: list[dict[str, Any]] = []
@@ -377,7 +385,9 @@ class Worker:
             conv = Conversation(name, samples)
             try:
                 identity_ms.append(
-                    (await conv.open(host, port, agent, deflate=deflate))["identity_ms"]
+                    (await conv.open(host, port, agent, deflate=deflate, query=query))[
+                        "identity_ms"
+                    ]
                 )
             except Exception as exc:
                 failures.append(repr(exc)[:200])
@@ -396,6 +406,7 @@ class Worker:
 
     async def idle(self, command: Command) -> dict[str, Any]:
         host, port, agent = command["host"], command["port"], command["agent"]
+        query = command.get("query", "")
         samples = Samples()
         convs = [
             Conversation(name, samples)
@@ -404,7 +415,10 @@ class Worker:
         ]
         results = await _bounded(
             command.get("connect_concurrency", 100),
-            [lambda c=c: c.open(host, port, agent, deflate=command["deflate"]) for c in convs],  # type: ignore[misc]
+            [
+                lambda c=c: c.open(host, port, agent, deflate=command["deflate"], query=query)  # type: ignore[misc]
+                for c in convs
+            ],
         )
         convs, connects = _connect_results(convs, results)
         self.pipe.send(("ready", {"open": len(convs), "failures": len(connects["failures"])}))

@@ -48,6 +48,7 @@ def _command(target: Target, params: Params, op: str, names: list[str], **extra:
         "host": target.host,
         "port": target.port,
         "agent": target.agent,
+        "query": target.query,
         "names": names,
         "deflate": params.deflate,
         "timeout": params.timeout,

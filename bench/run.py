@@ -22,6 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from bench.auth_cost import auth_rows, paired_rows, render_auth, run_paired
 from bench.branches import BRANCHES_HEADER, branches_rows, run_branches
 from bench.loadgen import ClientPool
 from bench.phases import Params, Runner, machine_busy
@@ -52,7 +53,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--targets",
         default="durachat,baseline,recovery,branches",
-        help="comma-separated: durachat,baseline,recovery,branches",
+        help="comma-separated: durachat,baseline,recovery,branches,durachat-auth (durachat in "
+        "auth mode; `make bench-auth` compares it with durachat)",
     )
     parser.add_argument(
         "--kills", type=int, default=None, help="SIGKILLs in the recovery bench (6; quick: 2)"
@@ -309,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
                     target = start_durachat(
                         run_dir / "durachat", cleanup, profile=profile, profile_dir=profile_dir
                     )
+                elif name == "durachat-auth":
+                    target = start_durachat(
+                        run_dir / name, cleanup, profile=profile, profile_dir=profile_dir, auth=True
+                    )
                 elif name == "baseline":
                     target = start_baseline(
                         run_dir / "baseline", cleanup, profile=profile, profile_dir=profile_dir
@@ -337,6 +343,17 @@ def main(argv: list[str] | None = None) -> int:
                 document["results"].setdefault(name, {})["seconds"] = round(
                     time.monotonic() - started_target, 1
                 )
+        if pool is not None and {"durachat", "durachat-auth"} <= set(load_targets):
+            log("auth cost: both clusters side by side, alternating blocks ...")
+            pool.reset()
+            try:
+                document["auth_paired"] = run_paired(
+                    run_dir / "paired", cleanup, pool, params, log=log
+                )
+            except Exception:
+                failed = True
+                document["failures"]["auth_paired"] = traceback.format_exc()
+                log(f"auth cost failed:\n{traceback.format_exc()}")
         if pool is not None:
             pool.close()
             cleanup.remove("load generators")
@@ -385,6 +402,13 @@ def main(argv: list[str] | None = None) -> int:
     print()
     if document["results"]:
         print(render(document["table"], document["reference"]))
+        print()
+    if document["results"].get("durachat-auth") and document["results"].get("durachat"):
+        paired = document.get("auth_paired")
+        document["auth_table"] = auth_rows(
+            document["results"], document["params"], judged=paired is None
+        ) + (paired_rows(paired) if paired else [])
+        print(render_auth(document["auth_table"]))
         print()
     if "recovery" in document:
         document["recovery_table"] = recovery_rows(document["recovery"])

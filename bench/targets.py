@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -10,6 +11,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.procs import Cleanup, Proc, child_env, spawn, terminate
 from durachat_infra.local.cluster import LocalCluster
@@ -30,6 +32,8 @@ class Target:
     log_dir: Path | None = None
     stop: Callable[[], None] | None = None
     redis_url: str | None = None
+    query: str = ""
+    """Extra query parameters of every client socket (`token=…` for a cluster in auth mode)."""
 
 
 class BenchCluster(LocalCluster):
@@ -61,10 +65,23 @@ def cluster_env() -> dict[str, str]:
     }
 
 
+BENCH_ADMIN_KEY = "bench-admin-key"
+
+
 def start_durachat(
-    var_dir: Path, cleanup: Cleanup, *, profile: frozenset[str], profile_dir: Path
+    var_dir: Path,
+    cleanup: Cleanup,
+    *,
+    profile: frozenset[str],
+    profile_dir: Path,
+    auth: bool = False,
 ) -> Target:
-    """Start 1 gateway, 2 shards and 1 jobs worker with an embedded Redis."""
+    """Start 1 gateway, 2 shards and 1 jobs worker with an embedded Redis; with `auth`, in auth
+    mode (docs/security.md), every client socket carrying a client token of a tenant without
+    quota limits, as a browser app's would."""
+    env = cluster_env()
+    if auth:
+        env["DURACHAT_ADMIN_KEY"] = BENCH_ADMIN_KEY
     cluster = BenchCluster(
         var_dir=var_dir,
         port=free_port(),
@@ -73,7 +90,7 @@ def start_durachat(
         jobs=1,
         # The embedded SQLite by default; BENCH_DATABASE_URL measures another database.
         database_url=os.environ.get("BENCH_DATABASE_URL") or None,
-        env=cluster_env(),
+        env=env,
         log_dir=var_dir / "logs",
     )
     cluster.profile_roles = profile
@@ -85,7 +102,7 @@ def start_durachat(
     procs.append(Proc("redis", "redis", cluster.redis.process.pid))
     gateway = next(p for p in procs if p.role == "gateway")
     return Target(
-        "durachat",
+        "durachat-auth" if auth else "durachat",
         "127.0.0.1",
         cluster.gateway_ports[0],
         "bench-agent",
@@ -94,7 +111,36 @@ def start_durachat(
         var_dir / "logs",
         cluster.stop,
         cluster.redis_url,
+        query=f"token={_bench_token(cluster.urls[0])}" if auth else "",
     )
+
+
+def _bench_token(url: str) -> str:
+    """A tenant without quota limits, and a client token for every conversation of the
+    benchmark's agent."""
+    limits = dict.fromkeys(
+        ("connections", "concurrent_turns", "turns_per_minute", "conversations"), 0
+    )
+    created = _post(url, "/v1/admin/tenants", {"id": "bench", "quotas": limits}, BENCH_ADMIN_KEY)
+    minted = _post(
+        url,
+        "/v1/tokens",
+        {"agent": "bench-agent", "name_prefix": "", "ttl_s": 86_400},
+        created["api_key"],
+    )
+    return str(minted["token"])
+
+
+def _post(url: str, path: str, body: dict[str, object], credential: str) -> dict[str, Any]:
+    request = urllib.request.Request(
+        url + path,
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {credential}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer: dict[str, Any] = json.load(response)
+        return answer
 
 
 def _wait_http(url: str, timeout: float, popens: list[object]) -> None:

@@ -20,6 +20,7 @@ from durachat_infra.local.cluster import LocalCluster
 from durachat_infra.local.redis_server import RedisServer
 from support.cluster import running_cluster
 from support.postgres import PostgresNotAvailableError, PostgresServer, postgres_for_tests
+from support.tenancy import AUTH_ENV
 
 
 @pytest.fixture(scope="session")
@@ -54,6 +55,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
     """A running cluster (2 gateways, 2 shards, 1 jobs worker) shared by tests that leave it as
     they found it; tests that kill processes start their own."""
     with running_cluster(tmp_path_factory.mktemp("cluster"), redis_url) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def auth_cluster(
+    tmp_path_factory: pytest.TempPathFactory, redis_url: str
+) -> Iterator[LocalCluster]:
+    """A running cluster like `cluster`, with `DURACHAT_ADMIN_KEY` set: every route needs a
+    credential (docs/security.md). Tests make tenants of their own."""
+    with running_cluster(tmp_path_factory.mktemp("auth"), redis_url, env=AUTH_ENV) as running:
         yield running
 
 

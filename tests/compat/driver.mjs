@@ -52,6 +52,9 @@ class BrowserLikeWebSocket extends WebSocket {
 }
 
 const SCENARIO_BUDGET_MS = 30_000;
+// A cluster that requires credentials (docs/security.md): COMPAT_TOKEN is a client token every
+// tab passes as useAgent's `query: {token}` (and so on its get-messages), as a browser app does.
+const AUTH_TOKEN = process.env.COMPAT_TOKEN || "";
 const SLOW_DELTAS = Array.from({ length: 50 }, (_, i) => `s${String(i).padStart(2, "0")} `);
 const SLOW_TEXT = SLOW_DELTAS.join("");
 const T0 = Date.now();
@@ -178,7 +181,8 @@ async function withTimeout(promise, timeoutMs, what) {
 }
 
 async function getMessages(baseUrl, agent, name, query = "") {
-  const response = await fetch(`${baseUrl}/agents/${agent}/${name}/get-messages${query}`);
+  const auth = AUTH_TOKEN ? `${query ? "&" : "?"}token=${encodeURIComponent(AUTH_TOKEN)}` : "";
+  const response = await fetch(`${baseUrl}/agents/${agent}/${name}/get-messages${query}${auth}`);
   const text = await response.text();
   check(response.ok, `GET get-messages answered ${response.status}`, { body: text.slice(0, 500) });
   return text.trim() ? JSON.parse(text) : [];
@@ -347,7 +351,7 @@ class Tab {
     { label, reconnectDelayMs = 300, onToolCall, autoContinueAfterToolResult = true, onData, onMessages, query } = {},
   ) {
     // useAgent's `query`: extra URL parameters of the socket (and so of get-messages).
-    this.query = query;
+    this.query = AUTH_TOKEN && query !== null ? { token: AUTH_TOKEN, ...(query ?? {}) } : (query ?? undefined);
     // useAgentChat options: onToolCall (client tools), autoContinueAfterToolResult (default true)
     // and onData (passed to useChat, and called by the hook for observed data-* chunks).
     this.onToolCall = onToolCall;
@@ -2081,6 +2085,31 @@ async function dataPartsScenario({ urls, agent, name }, observed) {
 }
 
 const scenarios = {
+  // Against a cluster that requires credentials: the real client without its token is refused at
+  // the upgrade (the socket never opens) and its get-messages gets 401; with the token it chats.
+  async "auth-refused"({ urls, agent, name }, observed) {
+    check(AUTH_TOKEN, "auth-refused needs COMPAT_TOKEN (a cluster that requires credentials)");
+    const bare = newTab(urls[0], agent, name, { label: "no-token", query: null, reconnectDelayMs: 200 });
+    bare.connect();
+    let errors = 0;
+    bare.agent.addEventListener("error", () => errors++);
+    await until(() => bare.closes >= 2, 8000, "the refused socket to be closed twice (a retry)");
+    observed.closes = bare.closes;
+    observed.errors = errors;
+    check(bare.opens === 0, `the socket without a token opened ${bare.opens} time(s)`);
+    check(!bare.receivedTypes.length, `frames reached the socket without a token: ${bare.receivedTypes}`);
+    bare.agent.close();
+    const refused = await fetch(`${urls[0]}/agents/${agent}/${name}/get-messages`);
+    const body = await refused.json();
+    observed.getMessages = { status: refused.status, code: body.code };
+    check(refused.status === 401 && body.code === "missing_credentials", "get-messages without a token was not refused", body);
+    const other = await fetch(`${urls[0]}/agents/${agent}/${name}-other/get-messages?token=${encodeURIComponent(AUTH_TOKEN)}`);
+    check(other.status === 404, `the token reached another conversation (${other.status})`);
+    const a = await mounted(urls[0], agent, name, { label: "with-token" });
+    await withTimeout(a.send("hello world"), 10_000, "sendMessage to finish");
+    check(textOf(a.messages[1]) === "echo: hello world", "the tab with its token did not chat");
+  },
+
   async chat({ urls, agent, name }, observed) {
     const a = await mounted(urls[0], agent, name);
     await withTimeout(a.send("hello world"), 10_000, "sendMessage to finish");

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from durachat_infra.local.cluster import LocalCluster
+from support.tenancy import create_tenant, mint
 
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "driver.mjs"
@@ -93,6 +96,10 @@ AGENTS = {
 }
 """The agent of each scenario that does not talk to the demo agent (support.agents,
 support.compat_agents; the test cluster serves both)."""
+AUTH_SCENARIOS = ["auth-refused", "chat", "resume-drop", "resume-reload"]
+"""Scenarios run against a cluster that requires credentials, every tab holding a client token
+(`query: {token}`), as a browser app does (docs/security.md#client-tokens): the real client
+must chat, resume and reload exactly as without auth."""
 KNOWN_SERVER_BUGS: dict[str, tuple[str, str]] = {}
 """Scenarios that fail because of a known server bug: (start of the driver's reason, the bug).
 They are reported as xfail while they fail that way, and fail once they pass."""
@@ -143,9 +150,26 @@ def _explain(stdout: str) -> str:
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 async def test_real_client(cluster: LocalCluster, scenario: str) -> None:
+    await run_scenario(cluster, scenario)
+
+
+@pytest.mark.parametrize("scenario", AUTH_SCENARIOS)
+async def test_real_client_with_a_token(auth_cluster: LocalCluster, scenario: str) -> None:
+    name = f"compat-{scenario}-{uuid.uuid4().hex[:8]}"
+    async with httpx.AsyncClient(base_url=auth_cluster.urls[0], timeout=20) as http:
+        tenant = await create_tenant(http, known_at=auth_cluster.urls)
+        token = await mint(http, tenant, AGENTS.get(scenario, AGENT), name, ttl_s=600)
+    await run_scenario(auth_cluster, scenario, name=name, token=token)
+
+
+async def run_scenario(
+    cluster: LocalCluster, scenario: str, *, name: str | None = None, token: str | None = None
+) -> None:
+    """Run one driver scenario against `cluster` (with a client token, if given)."""
     assert NODE is not None
     urls = cluster.urls if scenario in TWO_GATEWAYS else cluster.urls[:1]
-    name = f"compat-{scenario}-{uuid.uuid4().hex[:8]}"
+    name = name or f"compat-{scenario}-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, **({"COMPAT_TOKEN": token} if token else {})}
     process = await asyncio.create_subprocess_exec(
         NODE,
         str(DRIVER),
@@ -154,6 +178,7 @@ async def test_real_client(cluster: LocalCluster, scenario: str) -> None:
         AGENTS.get(scenario, AGENT),
         name,
         cwd=HERE,
+        env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )

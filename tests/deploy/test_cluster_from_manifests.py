@@ -141,36 +141,31 @@ async def _exercise(cluster: ManifestCluster, base: str, *, admin_key: str) -> N
     await _drain_keeps_the_streaming_reply(cluster, base, headers, admin, tenant)
 
 
-async def _credentials(
-    http: httpx.AsyncClient, admin_key: str
-) -> tuple[dict[str, str], str | None]:
-    """What a client presents, and its tenant: a new tenant's key when the gateway has the
-    tenant admin API (it then enforces authentication), nothing while it does not (open mode,
-    the default tenant)."""
-    paths = (await http.get("/openapi.json")).json().get("paths", {})
-    if "/v1/admin/tenants" not in paths:
-        return {}, None
+async def _credentials(http: httpx.AsyncClient, admin_key: str) -> tuple[dict[str, str], str]:
+    """What a client presents, and its tenant: the key of a tenant made for the test with the
+    admin API. Without credentials the gateway refuses the conversation's routes."""
+    tenant = f"deploy-{uuid.uuid4().hex[:8]}"
+    anonymous = await http.get(f"/agents/{AGENT}/x/get-messages", headers={"Authorization": ""})
+    assert anonymous.status_code == 401, anonymous.text
     created = await http.post(
         "/v1/admin/tenants",
-        json={"name": f"deploy-{uuid.uuid4().hex[:8]}"},
+        json={"id": tenant},
         headers={"Authorization": f"Bearer {admin_key}"},
     )
-    assert created.status_code in (200, 201), created.text
-    body = created.json()
-    key = next(body[k] for k in ("api_key", "key", "token") if k in body)
-    tenant = next((str(body[k]) for k in ("id", "tenant", "name") if k in body), None)
-    return {"Authorization": f"Bearer {key}"}, tenant
+    assert created.status_code == 201, created.text
+    return {"Authorization": f"Bearer {created.json()['api_key']}"}, tenant
 
 
 async def _chat(base: str, headers: dict[str, str]) -> None:
     name = f"hello-{uuid.uuid4().hex[:8]}"
-    if not headers:
-        # The documented quick start: `durachat chat --url ... MESSAGE`.
-        code, out, err = await run_cli("chat", "--url", base, "--name", name, "hello there")
-        assert code == 0, err
-        assert "echo: hello there" in out
-        return
-    async with ChatClient.connect(base, AGENT, name, headers=headers) as client:
+    # The documented quick start: `durachat chat --url ... MESSAGE`, with the tenant's key.
+    key = headers["Authorization"].removeprefix("Bearer ")
+    code, out, err = await run_cli(
+        "chat", "--url", base, "--name", name, "hello there", env={"DURACHAT_API_KEY": key}
+    )
+    assert code == 0, err
+    assert "echo: hello there" in out
+    async with ChatClient.connect(base, AGENT, name + "-client", headers=headers) as client:
         reply = await client.send("hello there")
         assert await reply.text() == "echo: hello there"
 
@@ -180,10 +175,10 @@ async def _drain_keeps_the_streaming_reply(
     base: str,
     headers: dict[str, str],
     admin: dict[str, str],
-    tenant: str | None,
+    tenant: str,
 ) -> None:
     name = f"drain-{uuid.uuid4().hex[:8]}"
-    async with ChatClient.connect(base, AGENT, name, headers=headers or None) as client:
+    async with ChatClient.connect(base, AGENT, name, headers=headers) as client:
         reply = await client.send("slow reply, then the shard stops")
         chunks = aiter(reply)
         while not any(c.get("type") == "text-delta" for c in reply.chunks):
@@ -206,9 +201,9 @@ async def _drain_keeps_the_streaming_reply(
 
 
 async def _owner(
-    cluster: ManifestCluster, base: str, name: str, admin: dict[str, str], tenant: str | None
+    cluster: ManifestCluster, base: str, name: str, admin: dict[str, str], tenant: str
 ) -> Running:
-    params = {"agent": AGENT, "name": name, **({"tenant": tenant} if tenant else {})}
+    params = {"agent": AGENT, "name": name, "tenant": tenant}
     async with httpx.AsyncClient(base_url=base, timeout=10, headers=admin) as http:
         found = await http.get("/v1/cluster/owner", params=params)
     pid = found.json()["pid"]

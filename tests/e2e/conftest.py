@@ -1,4 +1,5 @@
-"""A real cluster (2 gateways, 2 shards, 1 jobs worker) shared by a test module."""
+"""Fixtures of the end-to-end tests, on the clusters of the root conftest: the open one
+(`cluster`) and the one that requires credentials (`auth_cluster`)."""
 
 from __future__ import annotations
 
@@ -23,4 +24,11 @@ def conversation() -> str:
 async def http(cluster: LocalCluster) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client on the shared cluster's first gateway."""
     async with httpx.AsyncClient(base_url=cluster.urls[0], timeout=20) as client:
+        yield client
+
+
+@pytest.fixture
+async def auth_http(auth_cluster: LocalCluster) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client on the auth cluster's first gateway (no credential of its own)."""
+    async with httpx.AsyncClient(base_url=auth_cluster.urls[0], timeout=20) as client:
         yield client

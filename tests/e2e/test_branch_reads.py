@@ -11,6 +11,7 @@ import pytest
 from fastapi import FastAPI, Query
 from fastapi.responses import Response
 
+from durachat_gateway.auth.middleware import Authenticate
 from durachat_gateway.branches_api import branch_messages, branch_router
 from durachat_infra.local.cluster import LocalCluster
 from durachat_infra.store import MAIN_BRANCH, ConversationKey, Store
@@ -227,7 +228,9 @@ async def test_an_unavailable_database_is_503(tmp_path: Path) -> None:
     store = Store.from_url(f"sqlite:///{tmp_path / 'missing-dir' / 'store.db'}")
     runtime = _Unavailable(store)
     app = FastAPI()
-    app.include_router(branch_router(lambda: runtime, "default"))
+    # Open mode: every request acts as the `default` tenant, as the gateway's routes expect.
+    app.add_middleware(Authenticate, directory=lambda: None, open_tenant="default", required=False)
+    app.include_router(branch_router(lambda: runtime))
 
     @app.get("/agents/{agent}/{name}/get-messages")
     async def get_messages(agent: str, name: str, branch: str = Query()) -> Response:

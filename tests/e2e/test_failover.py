@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from durachat_infra.cluster import cluster_auth
 from durachat_infra.local.cluster import LocalCluster, Process
 from support.cluster import running_cluster
 from support.faults import stop_between_writes
@@ -175,7 +176,8 @@ async def test_a_shard_that_is_not_the_owner_redirects(cluster: LocalCluster) ->
         "connection": "direct",
         "frame": {"type": "cf_agent_chat_clear"},
     }
-    async with httpx.AsyncClient() as http:
+    # Signed as a gateway signs it: the internal API takes nothing else.
+    async with httpx.AsyncClient(auth=cluster_auth(cluster.cluster_secret)) as http:
         response = await http.post(f"http://{other['address']}/internal/v1/frames", json=frame)
     assert response.status_code == 409
     body = response.json()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -11,12 +12,17 @@ DURACHAT = Path(sys.executable).parent / "durachat"
 
 
 async def run_cli(
-    *args: str, stdin: str | None = None, timeout: float = 30.0
+    *args: str,
+    stdin: str | None = None,
+    timeout: float = 30.0,
+    env: dict[str, str] | None = None,
 ) -> tuple[int, str, str]:
-    """Run `durachat *args` (feeding it `stdin`); returns its exit code, stdout and stderr."""
+    """Run `durachat *args` (feeding it `stdin`, with `env` added to the environment); returns
+    its exit code, stdout and stderr."""
     process = await asyncio.create_subprocess_exec(
         str(DURACHAT),
         *args,
+        env={**os.environ, **(env or {})},
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

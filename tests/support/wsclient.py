@@ -63,17 +63,21 @@ class WsClient:
         pk: str | None = None,
         cursor: str | None = None,
         branch: str | None = None,
+        token: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> WsClient:
         """Connect as `_pk` (a fresh id unless given); with `cursor` ("" to start), frames carry
         their log cursor and the connection resumes after the given one; `branch` is the branch
-        the connection views."""
+        the connection views; `token` goes in the query, `headers` with the upgrade."""
         pk = pk or str(uuid.uuid4())
         url = base_url.replace("http", "ws", 1) + f"/agents/{agent}/{name}?_pk={pk}"
         if cursor is not None:
             url += f"&cursor={cursor}"
         if branch is not None:
             url += f"&branch={branch}"
-        ws = await websockets.connect(url, max_size=None)
+        if token is not None:
+            url += f"&token={token}"
+        ws = await websockets.connect(url, max_size=None, additional_headers=headers)
         return cls(ws, pk)
 
     async def _read(self) -> None:
@@ -152,11 +156,13 @@ class WsClient:
         await self._reader
 
 
-async def get_messages(base_url: str, agent: str, name: str, **params: str) -> Any:
+async def get_messages(
+    base_url: str, agent: str, name: str, *, headers: dict[str, str] | None = None, **params: str
+) -> Any:
     """HTTP `get-messages`."""
     import httpx
 
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(headers=headers) as client:
         response = await client.get(f"{base_url}/agents/{agent}/{name}/get-messages", params=params)
         response.raise_for_status()
         return response.json()

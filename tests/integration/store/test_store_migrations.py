@@ -26,7 +26,15 @@ from support.waiting import eventually
 if TYPE_CHECKING:
     from support.databases import Databases
 
-TABLES = {"tenants", "conversations", "branches", "messages", "turns"}
+TABLES = {
+    "tenants",
+    "conversations",
+    "branches",
+    "messages",
+    "turns",
+    "api_keys",
+    "signing_keys",
+}
 
 
 def head() -> str:

@@ -68,3 +68,45 @@ class ClusterKeys:
     def gateway_wake(self, gateway_id: str) -> str:
         """Stream a gateway writes to itself to wake its blocked log readers."""
         return f"{self.prefix}:gw:{gateway_id}:wake"
+
+    @property
+    def auth_version(self) -> str:
+        """Counter raised whenever tenants or their keys change: gateways reload what they
+        check credentials against when it moves (docs/security.md)."""
+        return f"{self.prefix}:auth:version"
+
+
+@dataclass(frozen=True, slots=True)
+class TenantKeys:
+    """Keys of one tenant's quota counters (docs/security.md#quotas). They share a hash tag, so
+    one script can check them all."""
+
+    prefix: str
+    tenant: str
+
+    @property
+    def _base(self) -> str:
+        return f"{self.prefix}:{{tenant:{self.tenant}}}"
+
+    @property
+    def connections(self) -> str:
+        """Sorted set: the tenant's open WebSockets, scored by when their entry expires."""
+        return f"{self._base}:connections"
+
+    @property
+    def turns(self) -> str:
+        """Sorted set: the tenant's chat requests not answered yet, scored by expiry."""
+        return f"{self._base}:turns"
+
+    @property
+    def rate(self) -> str:
+        """Hash: the token bucket of the tenant's turns per minute (`tokens`, `at`)."""
+        return f"{self._base}:rate"
+
+    def tokens(self, day: str) -> str:
+        """Counter: model tokens used on a UTC day (`YYYYMMDD`)."""
+        return f"{self._base}:tokens:{day}"
+
+    def all_pattern(self) -> str:
+        """A SCAN pattern matching every key of the tenant."""
+        return f"{self.prefix}:{{tenant:{self.tenant}}}:*"

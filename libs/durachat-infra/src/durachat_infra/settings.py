@@ -31,6 +31,10 @@ class CommonSettings(BaseSettings):
 
     log_level: str = "INFO"
 
+    cluster_secret: str | None = Field(default=None, repr=False)
+    """Secret that signs calls between the processes of the cluster (gateways and jobs to a
+    shard's internal API, docs/security.md); unset, the internal API takes unsigned calls."""
+
 
 class ClusterTiming(BaseSettings):
     """Membership and lease timing, shared so gateways and shards agree."""
@@ -86,6 +90,28 @@ class ShardSettings(CommonSettings, ClusterTiming):
     """Seconds between the heartbeats a shard writes on its open turns."""
 
 
+class QuotaDefaults(BaseSettings):
+    """The quotas every tenant gets unless it overrides them (docs/security.md#quotas); 0 means
+    no limit."""
+
+    model_config = SettingsConfigDict(env_prefix="DURACHAT_QUOTA_", extra="ignore")
+
+    connections: int = Field(default=1000, ge=0)
+    """Open WebSockets of the tenant across the cluster."""
+    concurrent_turns: int = Field(default=100, ge=0)
+    """Chat requests of the tenant accepted and not yet answered, across the cluster."""
+    turns_per_minute: int = Field(default=600, ge=0)
+    """Chat requests of the tenant per minute (a token bucket refilled continuously)."""
+    conversations: int = Field(default=100_000, ge=0)
+    """Conversations the tenant may have; more are not created."""
+    tokens_per_day: int = Field(default=0, ge=0)
+    """Model tokens (estimated from text, four characters a token) per UTC day."""
+    max_message_bytes: int = Field(default=2_000_000, ge=0)
+    """Largest message of a chat request, in bytes of JSON."""
+    max_messages_per_request: int = Field(default=10_000, ge=0)
+    """Most messages one chat request may carry."""
+
+
 class GatewaySettings(CommonSettings, ClusterTiming):
     """Settings of a gateway process."""
 
@@ -93,7 +119,22 @@ class GatewaySettings(CommonSettings, ClusterTiming):
     host: str = Field(default="127.0.0.1", validation_alias="DURACHAT_HOST")
     port: int = Field(default=8080, validation_alias="PORT")
     tenant: str = "default"
-    """Tenant that unauthenticated connections belong to."""
+    """Tenant every request acts as in open mode (no `admin_key`)."""
+
+    admin_key: str | None = Field(default=None, repr=False)
+    """The operator's key for the admin API and the cluster routes. Set, every route needs a
+    credential (docs/security.md); unset, the gateway is open (local development)."""
+
+    token_max_ttl: float = Field(default=86_400.0, gt=0)
+    """Longest lifetime a client token may be given, in seconds; also how long a rotated-out
+    signing key keeps verifying tokens unless the rotation says otherwise."""
+
+    auth_refresh_interval: float = Field(default=0.25, gt=0)
+    """Seconds between a gateway's checks for changed tenants and keys (revocations reach
+    every gateway within about this long)."""
+
+    quotas: QuotaDefaults = Field(default_factory=QuotaDefaults)
+    """Quota defaults (`DURACHAT_QUOTA_*`)."""
 
     forward_timeout: float = 10.0
     """Seconds a client frame may take to reach its owner shard, redirects and retries included."""

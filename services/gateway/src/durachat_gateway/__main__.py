@@ -27,6 +27,12 @@ def main() -> None:
         f"gateway {settings.gateway_id} listening on http://{settings.host}:{settings.port}",
         flush=True,
     )
+    if not settings.admin_key:
+        logging.getLogger("durachat_gateway").warning(
+            "open mode: DURACHAT_ADMIN_KEY is not set, so no route asks for credentials and every "
+            "request acts as tenant %r",
+            settings.tenant,
+        )
     try:
         uvicorn.run(
             app,

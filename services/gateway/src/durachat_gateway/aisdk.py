@@ -25,7 +25,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, Protocol, cast
 
 from fastapi import APIRouter, Query, Request
@@ -33,10 +33,12 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.websockets import WebSocket
 
 from durachat.protocol import MessageType
+from durachat_gateway.auth.principal import principal_of
 from durachat_gateway.branch_frames import resolve_branch
 from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import ClientConnection
 from durachat_gateway.forwarder import Forwarder, ForwardError
+from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body
 from durachat_infra.keys import conversation_tag
 from durachat_infra.store import (
     MAIN_BRANCH,
@@ -62,9 +64,6 @@ CONTINUATION_WAIT: Final = 60.0
 _TRANSPORT_FIELDS: Final = frozenset({"id", "messages", "trigger", "messageId", "branch"})
 """Body fields the transport itself sends; the others are the application's (`body`)."""
 
-Authorize = Callable[[Request], Awaitable[Response | None]]
-"""Checks a request's credentials (tokens as a header); returns the refusal, or None."""
-
 
 class AiSdkRuntime(Protocol):
     """What the routes need from the gateway."""
@@ -72,6 +71,7 @@ class AiSdkRuntime(Protocol):
     store: Store
     channels: Channels
     forwarder: Forwarder
+    tenancy: Tenancy | None
 
     def agents(self) -> set[str]:
         """Agent names served by the live shards."""
@@ -106,31 +106,56 @@ class StreamConnection(ClientConnection):
         return None if text is None else cast(dict[str, Any], json.loads(text))
 
 
-def aisdk_router(
-    runtime: Callable[[], AiSdkRuntime],
-    tenant: str,
-    *,
-    send_queue_limit: int,
-    authorize: Authorize | None = None,
-) -> APIRouter:
-    """The AI SDK routes for conversations of `tenant`. A response that falls
-    `send_queue_limit` frames behind is ended (the client resumes). `authorize`, when given,
-    vets every request first (tokens as a header)."""
+def aisdk_router(runtime: Callable[[], AiSdkRuntime], *, send_queue_limit: int) -> APIRouter:
+    """The AI SDK routes, for conversations of the tenant each request's credential acts for
+    (a token only for the conversations it covers, with the scope the route needs). A response
+    that falls `send_queue_limit` frames behind is ended (the client resumes)."""
     router = APIRouter(tags=["ai-sdk"])
 
-    async def admit(request: Request, agent: str) -> Response | None:
-        if authorize is not None and (denied := await authorize(request)) is not None:
-            return denied
+    def admit(request: Request, agent: str, name: str, scope: str) -> ConversationKey | Response:
+        """The conversation a request may use, or its refusal (docs/security.md)."""
+        principal = principal_of(request)
+        if principal.tenant is None:
+            return _error(403, "tenant_credential_required", "the admin key acts for no tenant")
+        if not principal.covers(agent, name):
+            # As if it did not exist: a credential learns nothing of other conversations.
+            return _error(404, "not_found", "no such conversation")
+        if not principal.allows(scope):
+            return _error(403, "insufficient_scope", f"the token lacks the {scope!r} scope")
         if agent not in runtime().agents():
             return _error(404, "unknown_agent", f"no live shard serves agent {agent!r}")
-        return None
+        try:
+            return ConversationKey(principal.tenant, agent, name)
+        except ValueError as exc:
+            return _error(400, "invalid_name", str(exc))
+
+    async def quotas(
+        key: ConversationKey, request_id: str, frame: dict[str, Any], size: int
+    ) -> Response | None:
+        """The tenant's quotas on a new turn: a 429 naming the one it would exceed."""
+        tenancy = runtime().tenancy
+        if tenancy is None:
+            return None
+        try:
+            refusal = await tenancy.gate.new_conversation(key)
+            if refusal is None:
+                refusal = await tenancy.admit_request(key, request_id, frame, size)
+        except (ForwardError, *UNAVAILABLE):
+            return _error(503, "unavailable", "the quota counters are unreachable; retry")
+        if refusal is None:
+            return None
+        return Response(
+            quota_response_body(refusal),
+            429,
+            headers={"Retry-After": str(max(1, refusal.retry_after))},
+            media_type="application/json",
+        )
 
     async def open_stream(
-        agent: str, name: str, branch: str | None
+        key: ConversationKey, branch: str | None
     ) -> tuple[StreamConnection, Channel, str] | Response:
         """Join the conversation's channel as a new connection viewing `branch`."""
         r = runtime()
-        key = ConversationKey(tenant, agent, name)
         viewed: str | None = MAIN_BRANCH
         if branch:
             try:
@@ -145,11 +170,13 @@ def aisdk_router(
         channel = await r.channels.join(tag, conn)
         return conn, channel, tag
 
-    async def forward(tag: str, agent: str, name: str, conn: ClientConnection, frame: Any) -> None:
+    async def forward(
+        tag: str, key: ConversationKey, conn: ClientConnection, frame: dict[str, Any]
+    ) -> None:
         payload = {
-            "tenant": tenant,
-            "agent": agent,
-            "name": name,
+            "tenant": key.tenant,
+            "agent": key.agent,
+            "name": key.name,
             "connection": conn.id,
             "branch": conn.branch,
             "frame": frame,
@@ -173,8 +200,6 @@ def aisdk_router(
 
     @router.post("/v1/agents/{agent}/chat", summary="Chat, as the AI SDK's DefaultChatTransport")
     async def chat(agent: str, request: Request, branch: str | None = Query(None)) -> Response:
-        if (denied := await admit(request, agent)) is not None:
-            return denied
         try:
             body = await request.json()
         except ValueError:
@@ -184,17 +209,20 @@ def aisdk_router(
         name, messages = body.get("id"), body.get("messages")
         if not isinstance(name, str) or not name or not isinstance(messages, list):
             return _error(400, "invalid_request", "the body needs `id` and `messages`")
+        key = admit(request, agent, name, "chat")
+        if isinstance(key, Response):
+            return key
         wanted = branch or body.get("branch")
-        opened = await open_stream(agent, name, str(wanted) if wanted else None)
+        opened = await open_stream(key, str(wanted) if wanted else None)
         if isinstance(opened, Response):
             return opened
         conn, _channel, tag = opened
+        counted, request_id = False, ""
         try:
-            key = ConversationKey(tenant, agent, name)
             answers = await _tool_answers(runtime().store, key, conn.branch, messages)
             if answers:
                 for frame in answers:
-                    await forward(tag, agent, name, conn, frame)
+                    await forward(tag, key, conn, frame)
                 if not _continues(messages):
                     return respond(conn, tag, _nothing())
                 return respond(conn, tag, _relay(conn, None))
@@ -205,13 +233,23 @@ def aisdk_router(
                 "trigger": body.get("trigger") or "submit-message",
                 **extra,
             }
+            encoded = json.dumps(inner)
             frame = {
                 "type": MessageType.USE_CHAT_REQUEST.value,
                 "id": request_id,
-                "init": {"method": "POST", "body": json.dumps(inner)},
+                "init": {"method": "POST", "body": encoded},
             }
-            await forward(tag, agent, name, conn, frame)
+            refused = await quotas(key, request_id, frame, len(encoded))
+            if refused is not None:
+                runtime().channels.leave(tag, conn)
+                await conn.aclose()
+                return refused
+            counted = True
+            await forward(tag, key, conn, frame)
         except ForwardError as exc:
+            tenancy = runtime().tenancy
+            if counted and tenancy is not None:
+                await tenancy.gate.release(key, request_id)
             runtime().channels.leave(tag, conn)
             await conn.aclose()
             return _error(503 if exc.code == "unavailable" else 404, exc.code, exc.message)
@@ -228,9 +266,10 @@ def aisdk_router(
     async def resume(
         agent: str, name: str, request: Request, branch: str | None = Query(None)
     ) -> Response:
-        if (denied := await admit(request, agent)) is not None:
-            return denied
-        opened = await open_stream(agent, name, branch)
+        key = admit(request, agent, name, "read")
+        if isinstance(key, Response):
+            return key
+        opened = await open_stream(key, branch)
         if isinstance(opened, Response):
             return opened
         conn, channel, tag = opened
@@ -253,9 +292,10 @@ def aisdk_router(
     async def stop(
         agent: str, name: str, request: Request, branch: str | None = Query(None)
     ) -> Response:
-        if (denied := await admit(request, agent)) is not None:
-            return denied
-        opened = await open_stream(agent, name, branch)
+        key = admit(request, agent, name, "chat")
+        if isinstance(key, Response):
+            return key
+        opened = await open_stream(key, branch)
         if isinstance(opened, Response):
             return opened
         conn, channel, tag = opened
@@ -264,7 +304,7 @@ def aisdk_router(
             active = state.request if state.status in ("pending", "streaming") else None
             if active:
                 cancel = {"type": MessageType.CHAT_REQUEST_CANCEL.value, "id": active}
-                await forward(tag, agent, name, conn, cancel)
+                await forward(tag, key, conn, cancel)
         except ForwardError as exc:
             return _error(503, exc.code, exc.message)
         finally:

@@ -24,7 +24,12 @@ from durachat.protocol.server_frames import (
     mcp_servers_frame,
     rejected_request_frame,
 )
+from durachat_gateway.admin_api import admin_router
 from durachat_gateway.aisdk import aisdk_router
+from durachat_gateway.api_docs import add_docs
+from durachat_gateway.auth.directory import AuthDirectory
+from durachat_gateway.auth.middleware import Authenticate
+from durachat_gateway.auth.principal import Principal, principal_of, tenant_of
 from durachat_gateway.branch_frames import BRANCH_FRAMES, branch_frame, resolve_branch
 from durachat_gateway.branch_writes import branch_write_router
 from durachat_gateway.branches_api import (
@@ -38,7 +43,9 @@ from durachat_gateway.connection import ClientConnection
 from durachat_gateway.forwarder import Forwarder, ForwardError
 from durachat_gateway.playground import mount_playground
 from durachat_gateway.readiness import readiness_router
-from durachat_infra.cluster import ClusterView
+from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body, refused_turn
+from durachat_gateway.tenant_api import tenant_router
+from durachat_infra.cluster import ClusterView, cluster_auth
 from durachat_infra.eventlog import LogReader
 from durachat_infra.keys import ClusterKeys, conversation_tag
 from durachat_infra.settings import GatewaySettings
@@ -49,8 +56,6 @@ from durachat_infra.store import (
 )
 
 log = logging.getLogger(__name__)
-
-UNAVAILABLE = "The conversation is unavailable right now. Please retry."
 
 TRY_AGAIN_LATER = 1013
 """WebSocket close code for a connection refused while a dependency is away."""
@@ -80,6 +85,8 @@ class Runtime:
     channels: Channels
     forwarder: Forwarder
     store: Store
+    tenancy: Tenancy | None = None
+    """Credentials and quotas; None in open mode (no `DURACHAT_ADMIN_KEY`)."""
 
     def agents(self) -> set[str]:
         """Agent names served by the live shards."""
@@ -108,12 +115,18 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             view=view,
             reader=reader,
             channels=Channels(reader, settings.key_prefix),
-            forwarder=Forwarder(view, timeout=settings.forward_timeout),
+            forwarder=Forwarder(
+                view, timeout=settings.forward_timeout, auth=cluster_auth(settings.cluster_secret)
+            ),
             store=Store.from_url(settings.database_url),
         )
+        if settings.admin_key:
+            runtime.tenancy = await Tenancy.start(settings, runtime.store, redis, reader)
         try:
             yield
         finally:
+            if runtime.tenancy is not None:
+                await runtime.tenancy.stop()
             await reader.stop()
             await view.stop()
             await runtime.forwarder.aclose()
@@ -121,19 +134,54 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             await blocking.aclose()
             await redis.aclose()
 
-    app = FastAPI(title="durachat gateway", lifespan=lifespan)
+    app = FastAPI(
+        title="durachat gateway",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
 
     def rt() -> Runtime:
         assert runtime is not None
         return runtime
 
-    # The branch read API (before the `/agents/{path}` catch-all below).
-    app.include_router(branch_router(rt, settings.tenant))
-    app.include_router(branch_write_router(rt, settings.tenant))
-    # The AI SDK's HTTP chat transport (useChat); token checks hook in as `authorize`.
-    app.include_router(
-        aisdk_router(rt, settings.tenant, send_queue_limit=settings.send_queue_limit)
+    def tenancy() -> Tenancy:
+        found = rt().tenancy
+        assert found is not None
+        return found
+
+    def directory() -> AuthDirectory | None:
+        found = None if runtime is None else runtime.tenancy
+        return None if found is None else found.directory
+
+    # Every route is behind it (docs/security.md).
+    app.add_middleware(
+        Authenticate,
+        directory=directory,
+        open_tenant=settings.tenant,
+        required=bool(settings.admin_key),
     )
+    add_docs(app)
+
+    async def branch_guard(
+        request: Request, key: ConversationKey, op: dict[str, Any]
+    ) -> Response | None:
+        if rt().tenancy is None:
+            return None
+        stopped = await tenancy().check_branch_write(principal_of(request), key, op)
+        if stopped is None:
+            return None
+        status, body, headers = stopped
+        return JSONResponse(body, status, headers=headers)
+
+    # The branch read API (before the `/agents/{path}` catch-all below).
+    app.include_router(branch_router(rt))
+    app.include_router(branch_write_router(rt, branch_guard))
+    app.include_router(admin_router(tenancy))
+    app.include_router(tenant_router(tenancy, max_ttl=settings.token_max_ttl))
+    # The AI SDK's HTTP chat transport (useChat).
+    app.include_router(aisdk_router(rt, send_queue_limit=settings.send_queue_limit))
     mount_playground(app)
 
     @app.get("/healthz")
@@ -183,6 +231,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         summary="The transcript of a conversation (of one branch with `?branch=`)",
     )
     async def get_messages(
+        request: Request,
         agent: str,
         name: str,
         branch: str | None = Query(None, description=BRANCH_QUERY_DESCRIPTION),
@@ -190,12 +239,11 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         r = rt()
         if agent not in r.agents():
             return PlainTextResponse("Invalid request", 400)
+        key = ConversationKey(tenant_of(request), agent, name)
         if branch:
-            return await branch_messages(
-                r.store, ConversationKey(settings.tenant, agent, name), branch
-            )
+            return await branch_messages(r.store, key, branch)
         try:
-            messages = await r.store.transcript(ConversationKey(settings.tenant, agent, name))
+            messages = await r.store.transcript(key)
         except DatabaseUnavailableError:
             return JSONResponse(
                 {"code": "database_unavailable", "message": "the transcript store is unavailable"},
@@ -218,11 +266,37 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         if agent not in r.agents():
             await _deny(websocket, 400, "Invalid request")
             return
-        await websocket.accept()
+        principal = principal_of(websocket)
+        key = ConversationKey(tenant_of(websocket), agent, name)
+        place: str | None = None
+        if r.tenancy is not None:
+            try:
+                place, refusal = await r.tenancy.admit_socket(principal, key)
+            except UNAVAILABLE as exc:
+                log.warning("could not check the quotas of a socket: %s", exc)
+                await _deny(websocket, 503, "Unavailable, retry")
+                return
+            if refusal is not None:
+                retry = str(max(1, refusal.retry_after))
+                body = PlainTextResponse(
+                    quota_response_body(refusal).decode(),
+                    429,
+                    headers={"Retry-After": retry},
+                    media_type="application/json",
+                )
+                await _deny_with(websocket, body)
+                return
+        try:
+            await websocket.accept()
+        except BaseException:
+            if r.tenancy is not None and place is not None:
+                await r.tenancy.gate.close_connection(key.tenant, place)
+            raise
         connection_id = websocket.query_params.get("_pk") or uuid.uuid4().hex
         conn = ClientConnection(websocket, connection_id, limit=settings.send_queue_limit)
         conn.start()
-        key = ConversationKey(settings.tenant, agent, name)
+        if r.tenancy is not None:
+            r.tenancy.sockets[conn] = principal
         tag = conversation_tag(key.tenant, key.agent, key.name)
         CONNECTIONS.inc()
         channel: Channel | None = None
@@ -249,7 +323,9 @@ def build_app(settings: GatewaySettings) -> FastAPI:
                 channel.greet(conn)
             conn.send_json(identity_frame(name, agent))
             conn.send_json(mcp_servers_frame())
-            await _serve(r, websocket, conn=conn, channel=channel, key=key, tag=tag)
+            await _serve(
+                r, websocket, conn=conn, channel=channel, key=key, tag=tag, principal=principal
+            )
         except WebSocketDisconnect:
             pass
         except RedisError as exc:
@@ -265,6 +341,8 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             if channel is not None:
                 r.channels.leave(tag, conn)
             await conn.aclose()
+            if r.tenancy is not None and place is not None:
+                await r.tenancy.release_socket(key.tenant, place, conn)
             if unavailable:
                 with contextlib.suppress(RuntimeError):
                     await websocket.close(TRY_AGAIN_LATER)
@@ -273,8 +351,12 @@ def build_app(settings: GatewaySettings) -> FastAPI:
 
 
 async def _deny(websocket: WebSocket, status: int, text: str) -> None:
+    await _deny_with(websocket, PlainTextResponse(text, status))
+
+
+async def _deny_with(websocket: WebSocket, response: Response) -> None:
     try:
-        await websocket.send_denial_response(PlainTextResponse(text, status))
+        await websocket.send_denial_response(response)
     except RuntimeError:
         await websocket.close(1008)
 
@@ -287,8 +369,10 @@ async def _serve(
     channel: Channel,
     key: ConversationKey,
     tag: str,
+    principal: Principal,
 ) -> None:
     limit = r.settings.max_frame_bytes
+    tenancy = r.tenancy
     while True:
         message = await websocket.receive()
         if message["type"] == "websocket.disconnect":
@@ -311,6 +395,8 @@ async def _serve(
             continue
         kind: str = frame["type"]
         FRAMES_IN.labels(kind if kind.startswith("cf_agent_") else "other").inc()
+        if tenancy is not None and not await tenancy.permit(conn, principal, key, frame):
+            continue
         if kind in (MessageType.STREAM_RESUME_REQUEST.value, MessageType.STREAM_RESUME_ACK.value):
             if conn.forwarding:
                 # Answer after the frames sent before it have reached the shard, so a probe
@@ -322,7 +408,7 @@ async def _serve(
             # In order with the frames forwarded before it (a switch right after a request).
             conn.forward(lambda frame=frame: branch_frame(r, channel, conn, key, frame))  # type: ignore[misc]
         elif kind in FORWARDED:
-            _forward(r, conn, key, tag, frame)
+            _forward(r, conn, key, tag, frame, size=len(text))
         else:
             conn.send_error("unknown_frame", f"frame type {kind!r} is not supported")
 
@@ -346,7 +432,13 @@ async def _resume(
 
 
 def _forward(
-    r: Runtime, conn: ClientConnection, key: ConversationKey, tag: str, frame: dict[str, Any]
+    r: Runtime,
+    conn: ClientConnection,
+    key: ConversationKey,
+    tag: str,
+    frame: dict[str, Any],
+    *,
+    size: int,
 ) -> None:
     payload = {
         "tenant": key.tenant,
@@ -357,10 +449,28 @@ def _forward(
         "frame": frame,
     }
 
+    tenancy = r.tenancy
+    request_id = frame.get("id")
+    admit = (
+        tenancy is not None
+        and frame.get("type") == MessageType.USE_CHAT_REQUEST.value
+        and isinstance(request_id, str)
+    )
+
     async def deliver() -> None:
         try:
+            if admit:
+                assert tenancy is not None and isinstance(request_id, str)
+                refusal = await tenancy.admit_request(key, request_id, frame, size)
+                if refusal is not None:
+                    for answer in refused_turn(request_id, refusal):
+                        conn.send_json(answer)
+                    return
             await r.forwarder.forward(tag, payload)
         except ForwardError as exc:
+            if admit:
+                assert tenancy is not None and isinstance(request_id, str)
+                await tenancy.gate.release(key, request_id)
             log.warning("could not forward %s: %s", frame.get("type"), exc.message)
             if frame.get("type") == MessageType.USE_CHAT_REQUEST.value and isinstance(
                 frame.get("id"), str

@@ -8,13 +8,14 @@ and in order with its own writes; the gateway relays the outcome. Errors are JSO
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
+from durachat_gateway.auth.principal import tenant_of
 from durachat_gateway.branches_api import BranchOut, ErrorBody
 from durachat_gateway.forwarder import Forwarder, ForwardError
 from durachat_infra.keys import conversation_tag
@@ -95,12 +96,21 @@ async def write_branch(
     return int(answer.get("status", 500)), dict(answer.get("body", {}))
 
 
-def branch_write_router(runtime: Callable[[], BranchWrites], tenant: str) -> APIRouter:
-    """The write routes, for conversations of `tenant`."""
+WriteGuard = Callable[[Request, ConversationKey, dict[str, Any]], Awaitable[Response | None]]
+"""Checks a write before it goes to the owner; an answer stops it (quotas, credentials)."""
+
+
+def branch_write_router(
+    runtime: Callable[[], BranchWrites], guard: WriteGuard | None = None
+) -> APIRouter:
+    """The write routes, for conversations of the tenant each request acts for."""
     router = APIRouter(tags=["branches"])
 
-    async def call(agent: str, name: str, op: dict[str, Any]) -> Response:
-        status, body = await write_branch(runtime(), ConversationKey(tenant, agent, name), op)
+    async def call(request: Request, agent: str, name: str, op: dict[str, Any]) -> Response:
+        key = ConversationKey(tenant_of(request), agent, name)
+        if guard is not None and (stopped := await guard(request, key, op)) is not None:
+            return stopped
+        status, body = await write_branch(runtime(), key, op)
         return JSONResponse(body, status)
 
     conversation = {
@@ -116,9 +126,13 @@ def branch_write_router(runtime: Callable[[], BranchWrites], tenant: str) -> API
         summary="Create a branch",
     )
     async def create(
-        body: BranchCreate, agent: str = conversation["agent"], name: str = conversation["name"]
+        body: BranchCreate,
+        request: Request,
+        agent: str = conversation["agent"],
+        name: str = conversation["name"],
     ) -> Response:
         return await call(
+            request,
             agent,
             name,
             {"op": "create", "new_name": body.name, "branch": body.from_branch, "at": body.at},
@@ -132,11 +146,14 @@ def branch_write_router(runtime: Callable[[], BranchWrites], tenant: str) -> API
     )
     async def rename(
         body: BranchRename,
+        request: Request,
         agent: str = conversation["agent"],
         name: str = conversation["name"],
         branch: str = Path(description="branch id or name"),
     ) -> Response:
-        return await call(agent, name, {"op": "rename", "branch": branch, "new_name": body.name})
+        return await call(
+            request, agent, name, {"op": "rename", "branch": branch, "new_name": body.name}
+        )
 
     @router.delete(
         "/agents/{agent}/{name}/branches/{branch}",
@@ -145,11 +162,12 @@ def branch_write_router(runtime: Callable[[], BranchWrites], tenant: str) -> API
         summary="Delete a branch and the messages only it reaches",
     )
     async def delete(
+        request: Request,
         agent: str = conversation["agent"],
         name: str = conversation["name"],
         branch: str = Path(description="branch id or name"),
     ) -> Response:
-        return await call(agent, name, {"op": "delete", "branch": branch})
+        return await call(request, agent, name, {"op": "delete", "branch": branch})
 
     @router.post(
         "/agents/{agent}/{name}/branches/{branch}/fork",
@@ -160,10 +178,13 @@ def branch_write_router(runtime: Callable[[], BranchWrites], tenant: str) -> API
     )
     async def fork(
         body: ForkCreate,
+        request: Request,
         agent: str = conversation["agent"],
         name: str = conversation["name"],
         branch: str = Path(description="branch id or name"),
     ) -> Response:
-        return await call(agent, name, {"op": "fork", "branch": branch, "new_name": body.name})
+        return await call(
+            request, agent, name, {"op": "fork", "branch": branch, "new_name": body.name}
+        )
 
     return router

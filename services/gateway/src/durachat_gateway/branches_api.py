@@ -15,10 +15,11 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Final, Protocol
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
+from durachat_gateway.auth.principal import tenant_of
 from durachat_infra.store import (
     MAIN_BRANCH,
     AmbiguousMessageError,
@@ -233,9 +234,9 @@ def _body(code: str, message: str) -> dict[str, Any]:
     return {"code": code, "message": message}
 
 
-def branch_router(runtime: Callable[[], BranchReads], tenant: str) -> APIRouter:
-    """The read routes, for conversations of `tenant`; `runtime` gives the gateway's state
-    when a request comes in."""
+def branch_router(runtime: Callable[[], BranchReads]) -> APIRouter:
+    """The read routes, for conversations of the tenant each request acts for; `runtime`
+    gives the gateway's state when a request comes in."""
     router = APIRouter(tags=["branches"])
 
     def unknown_agent(agent: str) -> Response | None:
@@ -250,15 +251,17 @@ def branch_router(runtime: Callable[[], BranchReads], tenant: str) -> APIRouter:
         summary="List a conversation's branches",
     )
     async def list_branches(
+        request: Request,
         agent: str = Path(description="the agent (kebab-case class name)"),
         name: str = Path(description="the conversation's name"),
     ) -> Response:
         if (denied := unknown_agent(agent)) is not None:
             return denied
         store = runtime().store
+        key = ConversationKey(tenant_of(request), agent, name)
 
         async def read() -> Response:
-            conversation = await store.find_conversation(ConversationKey(tenant, agent, name))
+            conversation = await store.find_conversation(key)
             records = [] if conversation is None else await store.list_branches(conversation.id)
             return JSONResponse({"branches": [r.to_json() for r in records]})
 
@@ -271,6 +274,7 @@ def branch_router(runtime: Callable[[], BranchReads], tenant: str) -> APIRouter:
         summary="The alternatives of a message, and the branch that shows each",
     )
     async def siblings(
+        request: Request,
         agent: str = Path(description="the agent (kebab-case class name)"),
         name: str = Path(description="the conversation's name"),
         message_id: str = Path(description="UIMessage id of the message"),
@@ -282,7 +286,7 @@ def branch_router(runtime: Callable[[], BranchReads], tenant: str) -> APIRouter:
     ) -> Response:
         if (denied := unknown_agent(agent)) is not None:
             return denied
-        key = ConversationKey(tenant, agent, name)
+        key = ConversationKey(tenant_of(request), agent, name)
 
         async def read() -> Response:
             status, body = await siblings_of(runtime().store, key, message_id, branch)

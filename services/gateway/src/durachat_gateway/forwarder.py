@@ -32,12 +32,16 @@ class Forwarder:
     crash is harmless: the new owner runs each request once.
     """
 
-    def __init__(self, view: ClusterView, *, timeout: float) -> None:
+    def __init__(
+        self, view: ClusterView, *, timeout: float, auth: httpx.Auth | None = None
+    ) -> None:
+        """`auth` signs the calls (the cluster secret, docs/security.md#inside-the-cluster)."""
         self._view = view
         self._timeout = timeout
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=1.0),
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
+            auth=auth,
         )
 
     async def aclose(self) -> None:

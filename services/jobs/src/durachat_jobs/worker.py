@@ -9,7 +9,7 @@ from arq import cron
 from arq.worker import Worker
 from redis.asyncio import Redis
 
-from durachat_infra.cluster import ClusterView
+from durachat_infra.cluster import ClusterView, cluster_auth
 from durachat_infra.health import Check, database_check, redis_check, run_checks
 from durachat_infra.jobs.arq_adapter import JOB_DESERIALIZER, JOB_SERIALIZER, arq_redis_settings
 from durachat_infra.keys import ClusterKeys
@@ -60,7 +60,9 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
             shard_ttl=timing.shard_ttl,
             store=Store.from_url(settings.database_url),
             view=view,
-            http=httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=1.0)),
+            http=httpx.AsyncClient(
+                timeout=httpx.Timeout(10.0, connect=1.0), auth=cluster_auth(settings.cluster_secret)
+            ),
             turn_stale_after=settings.turn_stale_after,
             log_retention=settings.log_retention,
             abandoned_stream_after=settings.abandoned_stream_after,

@@ -1,4 +1,9 @@
-"""The shard's internal HTTP API, called by gateways."""
+"""The shard's internal HTTP API, called by gateways and the jobs worker.
+
+With a cluster secret, every call under `/internal/` except the health check must be signed
+with it (docs/security.md#inside-the-cluster): the tenant a call names is trusted because a
+gateway that authenticated the client signed it.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +19,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
 from durachat.protocol import MAIN_BRANCH, MessageType
-from durachat_infra.cluster import RECOVER_PATH
+from durachat_infra.cluster import RECOVER_PATH, RequireClusterSignature
 from durachat_infra.eventlog import LogWriter
-from durachat_infra.store import ConversationKey, DatabaseUnavailableError, UnknownBranchError
+from durachat_infra.store import (
+    ConversationKey,
+    DatabaseUnavailableError,
+    UnknownBranchError,
+    UnknownTenantError,
+)
 from durachat_shard import metrics
 from durachat_shard.branch_ops import BranchOpIn, apply_branch_op
 from durachat_shard.hosting import Conversations, NotOwnerError, UnknownAgentError
@@ -58,6 +68,7 @@ ACTIVATION_ERRORS = (
     NotOwnerError,
     UnknownAgentError,
     UnknownBranchError,
+    UnknownTenantError,
     DatabaseUnavailableError,
 )
 """Why a conversation cannot be activated here; `refusal` turns each into an answer."""
@@ -76,13 +87,30 @@ def refusal(exc: Exception, shard_id: str) -> JSONResponse:
         return JSONResponse(
             {"code": "unknown_branch", "message": f"no branch {exc.branch!r}"}, status_code=404
         )
+    if isinstance(exc, UnknownTenantError):
+        # The tenant was deleted while the call was on its way.
+        return JSONResponse({"code": "unknown_tenant"}, status_code=404)
     log.warning("database unavailable: %s", exc)
     return JSONResponse({"code": "database_unavailable"}, status_code=503)
 
 
-def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) -> FastAPI:
-    """The internal API of one shard."""
+HEALTH_PATH = "/internal/v1/health"
+# Unsigned: orchestrators' probes and Prometheus' scrapes cannot sign a call, and none of these
+# reveal or change a conversation.
+OPEN_PATHS = frozenset({HEALTH_PATH, "/healthz", "/readyz", "/metrics"})
+
+
+def build_api(
+    conversations: Conversations,
+    shard_id: str,
+    writer: LogWriter,
+    *,
+    cluster_secret: str | None = None,
+) -> FastAPI:
+    """The internal API of one shard; with `cluster_secret`, only signed calls get through."""
     app = FastAPI(title="durachat shard (internal)", docs_url=None, redoc_url=None)
+    if cluster_secret:
+        app.add_middleware(RequireClusterSignature, secret=cluster_secret, open_paths=OPEN_PATHS)
 
     @app.post("/internal/v1/frames")
     async def frames(item: FrameIn) -> JSONResponse:
@@ -145,7 +173,7 @@ def build_api(conversations: Conversations, shard_id: str, writer: LogWriter) ->
         metrics.ACTIVE_CONVERSATIONS.set(len(conversations))
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/internal/v1/health")
+    @app.get(HEALTH_PATH)
     async def health() -> dict[str, Any]:
         return {"ok": True, "shard": shard_id, "conversations": len(conversations)}
 

@@ -33,6 +33,7 @@ from durachat_shard.actor import ConversationActor
 from durachat_shard.emitter import Emitter
 from durachat_shard.recovery import Incidents
 from durachat_shard.transcript import Transcript
+from durachat_shard.usage import MeteredEmitter, TokenMeter
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,11 @@ class Conversations:
         redis: Redis,
         drain_timeout: float = 10.0,
         turn_heartbeat_interval: float = 2.0,
+        meter: TokenMeter | None = None,
+        internal_auth: httpx.Auth | None = None,
     ) -> None:
+        self._meter = meter
+        self._internal_auth = internal_auth
         self._shard_id = shard_id
         self._redis = redis
         self._drain_timeout = drain_timeout
@@ -177,7 +182,8 @@ class Conversations:
         """Wake the new owners of checkpointed conversations (best effort: the jobs service
         finds any that are missed)."""
         await self._view.refresh()
-        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0, connect=1.0)) as http:
+        timeout = httpx.Timeout(5.0, connect=1.0)
+        async with httpx.AsyncClient(timeout=timeout, auth=self._internal_auth) as http:
             woken = await asyncio.gather(
                 *(wake_owner(self._view, key, http, exclude=self._shard_id) for key in keys)
             )
@@ -317,7 +323,7 @@ class Conversations:
             agent=agent,
             transcript=transcript,
             store=self._store,
-            emitter=Emitter(self._writer, keys, self._redis, branch=branch),
+            emitter=self._emitter(keys, key.tenant, branch),
             recent_requests=recent,
             last_body=last_body,
             last_client_tools=last_client_tools,
@@ -361,6 +367,14 @@ class Conversations:
             epoch,
         )
         return held
+
+    def _emitter(self, keys: ConversationKeys, tenant: str, branch: str) -> Emitter:
+        """The emitter of an actor; its replies count against the tenant's tokens."""
+        if self._meter is None:
+            return Emitter(self._writer, keys, self._redis, branch=branch)
+        return MeteredEmitter(
+            self._writer, keys, self._redis, branch=branch, meter=self._meter, tenant=tenant
+        )
 
     async def _load(self, conversation_id: int, ref: BranchRef) -> list[StoredMessage]:
         # A message the store could not hand out as stored comes quarantined (what could be

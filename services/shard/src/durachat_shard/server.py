@@ -15,9 +15,16 @@ import uvicorn
 from redis.asyncio import Redis
 
 from durachat.agent import AgentRegistry
-from durachat_infra.cluster import ClusterView, Leases, ShardInfo, ShardRegistration
+from durachat_infra.cluster import (
+    ClusterView,
+    Leases,
+    ShardInfo,
+    ShardRegistration,
+    cluster_auth,
+)
 from durachat_infra.eventlog import LogWriter
 from durachat_infra.keys import ClusterKeys
+from durachat_infra.quotas import QuotaCounters
 from durachat_infra.runtime import settle_heap
 from durachat_infra.settings import ShardSettings
 from durachat_infra.store import Store, migrate
@@ -25,6 +32,7 @@ from durachat_infra.telemetry import configure_telemetry
 from durachat_shard.api import build_api
 from durachat_shard.health import health_router
 from durachat_shard.hosting import Conversations
+from durachat_shard.usage import TokenMeter
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +57,8 @@ async def serve(settings: ShardSettings) -> None:
         raise SystemExit(f"no agents found in {settings.agents!r}")
 
     shutdown_telemetry = configure_telemetry("durachat-shard")
+    if not settings.cluster_secret:
+        log.warning("DURACHAT_CLUSTER_SECRET is not set: the internal API takes unsigned calls")
     await migrate(settings.database_url)
     store = Store.from_url(settings.database_url)
     redis = Redis.from_url(settings.redis_url, decode_responses=True)
@@ -63,6 +73,7 @@ async def serve(settings: ShardSettings) -> None:
     )
     view = ClusterView(redis, cluster_keys, refresh=settings.heartbeat_interval)
     leases = Leases(redis, cluster_keys, settings.shard_id, settings.lease_ttl)
+    meter = TokenMeter(QuotaCounters(redis, settings.key_prefix))
     conversations = Conversations(
         shard_id=settings.shard_id,
         key_prefix=settings.key_prefix,
@@ -77,6 +88,8 @@ async def serve(settings: ShardSettings) -> None:
         redis=redis,
         drain_timeout=settings.drain_timeout,
         turn_heartbeat_interval=settings.turn_heartbeat_interval,
+        meter=meter,
+        internal_auth=cluster_auth(settings.cluster_secret),
     )
     fenced.append(conversations)
     settle_heap()
@@ -85,7 +98,9 @@ async def serve(settings: ShardSettings) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
     host, port = sock.getsockname()[:2]
-    api = build_api(conversations, settings.shard_id, writer)
+    api = build_api(
+        conversations, settings.shard_id, writer, cluster_secret=settings.cluster_secret
+    )
     api.include_router(health_router(redis, store, cluster_keys, settings.shard_id))
     config = uvicorn.Config(
         api,
@@ -117,6 +132,7 @@ async def serve(settings: ShardSettings) -> None:
     await registration.start()
     await view.start()
     await conversations.start()
+    await meter.start()
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     log.info(
         "shard %s serving on %s:%s (agents: %s)", settings.shard_id, host, port, agents.names()
@@ -128,6 +144,7 @@ async def serve(settings: ShardSettings) -> None:
         log.info("shard %s stopping", settings.shard_id)
         await registration.drain()
         await conversations.stop()
+        await meter.stop()
         await registration.stop()
         await writer.close()
         server.should_exit = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
@@ -116,6 +117,9 @@ class LogReader(LogReads):
         self._follows: dict[str, tuple[str, EntryHandler]] = {}
         self._wake_id = "$"
         self._task: asyncio.Task[None] | None = None
+        self.observer: Callable[[str, list[LogEntry]], None] | None = None
+        """Also handed every entry read (with the key of its log), after the conversation's
+        handler: the gateway sees the ends of turns with it."""
 
     async def start(self) -> None:
         """Start following (call once)."""
@@ -175,6 +179,8 @@ class LogReader(LogReads):
                 entries = [LogEntry.from_fields(rid, fields) for rid, fields in rows]
                 try:
                     handler(entries)
+                    if self.observer is not None:
+                        self.observer(key, entries)
                 except Exception:
                     log.exception("event log handler failed for %s", key)
             if result and self._coalesce:

@@ -33,6 +33,14 @@ def main() -> None:
     try:
         cluster.start()
         print(f"durachat is running at {cluster.urls[0]}  (Ctrl-C stops it)", flush=True)
+        if cluster.admin_key:
+            print("  auth: required (DURACHAT_ADMIN_KEY is set; see docs/security.md)", flush=True)
+        else:
+            print(
+                "  auth: OPEN for local development: no credentials, every request acts as "
+                "tenant 'default' (set DURACHAT_ADMIN_KEY to require them)",
+                flush=True,
+            )
         print(f"  try: durachat chat --url {cluster.urls[0]} 'hello there'", flush=True)
         while not stop.wait(0.5):
             exited = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -48,6 +49,9 @@ class LocalCluster:
     database_url: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     log_dir: Path | None = None
+    cluster_secret: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    """Signs the calls between the processes (`DURACHAT_CLUSTER_SECRET`), unless the
+    environment sets one."""
     redis: RedisServer | None = None
     processes: list[Process] = field(default_factory=list)
     gateway_ports: list[int] = field(default_factory=list)
@@ -100,7 +104,13 @@ class LocalCluster:
         # start-up: seconds of CPU per process, and on a busy machine a cluster that is not
         # ready within its timeout.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env.setdefault("DURACHAT_CLUSTER_SECRET", self.cluster_secret)
         return env
+
+    @property
+    def admin_key(self) -> str | None:
+        """The admin key the gateways require, if any (`DURACHAT_ADMIN_KEY`)."""
+        return self.env.get("DURACHAT_ADMIN_KEY") or os.environ.get("DURACHAT_ADMIN_KEY") or None
 
     def _migrate(self) -> None:
         code = (
@@ -156,8 +166,11 @@ class LocalCluster:
                 for process in self.processes:
                     if process.popen.poll() is not None:
                         raise RuntimeError(f"{process.name} exited with {process.popen.returncode}")
+                request = urllib.request.Request(f"{url}/v1/cluster")
+                if self.admin_key:
+                    request.add_header("Authorization", f"Bearer {self.admin_key}")
                 try:
-                    with urllib.request.urlopen(f"{url}/v1/cluster", timeout=1) as response:
+                    with urllib.request.urlopen(request, timeout=1) as response:
                         shards = {s["id"] for s in json.load(response)["shards"]}
                     if want <= shards:
                         break

@@ -1,4 +1,5 @@
-"""The SQL store: conversations, message trees, branches and turns (docs/architecture.md#storage).
+"""The SQL store: tenants and their keys, conversations, message trees, branches and turns
+(docs/architecture.md#storage).
 
 SQLite (the embedded default) and PostgreSQL (the cluster) behave the same and are tested by the
 same suite. Run `migrate(url)` once at startup, then use a `Store`::
@@ -36,6 +37,15 @@ from durachat_infra.store._records import (
     parse_branch_ref,
 )
 from durachat_infra.store._store import Store
+from durachat_infra.store._tenant_records import (
+    MAX_TENANT_ID,
+    ApiKeyRecord,
+    Credentials,
+    SigningKeyRecord,
+    TenantRecord,
+    TenantRemoval,
+    check_tenant_id,
+)
 from durachat_infra.store._transaction import FencedTransaction
 from durachat_infra.store.errors import (
     AmbiguousMessageError,
@@ -45,6 +55,7 @@ from durachat_infra.store.errors import (
     FencedError,
     MainBranchError,
     StoreError,
+    TenantExistsError,
     UnknownBranchError,
     UnknownConversationError,
     UnknownMessageError,
@@ -54,14 +65,17 @@ from durachat_infra.store.errors import (
 __all__ = [
     "MAIN_BRANCH",
     "MAX_BRANCH_NAME",
+    "MAX_TENANT_ID",
     "OPEN_TURN_STATUSES",
     "AmbiguousMessageError",
+    "ApiKeyRecord",
     "BranchExistsError",
     "BranchRecord",
     "BranchRef",
     "Conversation",
     "ConversationExistsError",
     "ConversationKey",
+    "Credentials",
     "DatabaseUnavailableError",
     "FencedError",
     "FencedTransaction",
@@ -70,9 +84,13 @@ __all__ = [
     "OpenTurn",
     "ShownOn",
     "Siblings",
+    "SigningKeyRecord",
     "Store",
     "StoreError",
     "StoredMessage",
+    "TenantExistsError",
+    "TenantRecord",
+    "TenantRemoval",
     "ToolCallRecord",
     "TurnKind",
     "TurnRecord",
@@ -82,6 +100,7 @@ __all__ = [
     "UnknownMessageError",
     "UnknownTenantError",
     "check_branch_name",
+    "check_tenant_id",
     "migrate",
     "parse_branch_ref",
 ]

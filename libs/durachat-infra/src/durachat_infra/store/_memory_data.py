@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from durachat.protocol import MAIN_BRANCH, BranchRef
@@ -27,6 +27,7 @@ from durachat_infra.store._records import (
     TurnStatus,
 )
 from durachat_infra.store._safe_json import decode_column, stored_message
+from durachat_infra.store._tenant_records import ApiKeyRecord, SigningKeyRecord, TenantRecord
 from durachat_infra.store.errors import AmbiguousMessageError, StoreError, UnknownBranchError
 
 
@@ -143,6 +144,30 @@ class IncidentRow:
     updated_at: datetime
 
 
+_SEEDED = {"default": "Default tenant"}
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRow:
+    """A tenant; `quotas` and `settings` as JSON text (`None`: none)."""
+
+    id: str
+    name: str
+    quotas: str | None
+    settings: str | None
+    created_at: datetime
+
+    def record(self) -> TenantRecord:
+        """The tenant as the store hands it out."""
+        return TenantRecord(
+            id=self.id,
+            name=self.name,
+            quotas=decode(self.quotas) or {},
+            settings=decode(self.settings) or {},
+            created_at=self.created_at,
+        )
+
+
 @dataclass(slots=True)
 class ConversationState:
     """Everything stored for one conversation."""
@@ -172,8 +197,8 @@ class ConversationState:
 
 
 class MemoryDatabase:
-    """What a database server holds: every conversation, the tenants, the key counters, and
-    the write lock.
+    """What a database server holds: every conversation, the tenants and their keys, the key
+    counters, and the write lock.
 
     Every `MemoryStore` opened on the same database sees the same data, as `Store`s opened on
     one URL do. Writers take `write_lock` one at a time (as SQLite's writers do); readers never
@@ -181,7 +206,14 @@ class MemoryDatabase:
     """
 
     def __init__(self, tenants: tuple[str, ...] = ("default",)) -> None:
-        self.tenants = set(tenants)
+        now = datetime.now(UTC)
+        self.tenants: dict[str, TenantRow] = {
+            # Named as the first migration names `default`.
+            tenant: TenantRow(tenant, _SEEDED.get(tenant, tenant), None, None, now)
+            for tenant in tenants
+        }
+        self.api_keys: dict[str, ApiKeyRecord] = {}
+        self.signing_keys: dict[str, SigningKeyRecord] = {}
         self.conversations: dict[int, ConversationState] = {}
         self.by_key: dict[ConversationKey, int] = {}
         self.write_lock = asyncio.Lock()

@@ -41,6 +41,7 @@ from durachat_infra.store._records import (
 )
 from durachat_infra.store._safe_json import stored_message
 from durachat_infra.store._store_turns import TurnReads
+from durachat_infra.store._tenants import TenantStore
 from durachat_infra.store._transaction import FencedTransaction, fence
 from durachat_infra.store.errors import (
     ConversationExistsError,
@@ -58,8 +59,9 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class Store(TurnReads):
-    """The SQL store of conversations, their message trees, branches and turns.
+class Store(TurnReads, TenantStore):
+    """The SQL store of tenants and their keys, conversations, their message trees, branches and
+    turns.
 
     All writes to a conversation's content go through `transaction`, which is fenced by the
     conversation's epoch (docs/architecture.md#ownership); `claim` raises the epoch for a new

@@ -7,6 +7,7 @@ and chained with `from`, so the original stays visible in tracebacks::
     StoreError                     anything the store could not do
     ├── FencedError                a write was rejected: a newer epoch owns the conversation
     ├── UnknownTenantError         the tenant of a conversation key does not exist
+    ├── TenantExistsError          a tenant to be created exists already
     ├── UnknownConversationError   a conversation named by its key does not exist
     ├── ConversationExistsError    a conversation to be created exists already
     ├── UnknownBranchError         no such branch in the conversation
@@ -36,6 +37,7 @@ __all__ = [
     "FencedError",
     "MainBranchError",
     "StoreError",
+    "TenantExistsError",
     "UnknownBranchError",
     "UnknownConversationError",
     "UnknownMessageError",
@@ -194,3 +196,15 @@ class AmbiguousMessageError(StoreError):
         )
         self.conversation_id = conversation_id
         self.message_id = message_id
+
+
+class TenantExistsError(StoreError):
+    """A tenant was to be created but one with that id exists already.
+
+    Attributes:
+        tenant: the tenant id.
+    """
+
+    def __init__(self, tenant: str) -> None:
+        super().__init__(f"tenant {tenant!r} exists already")
+        self.tenant = tenant

@@ -37,6 +37,7 @@ from durachat_infra.store._memory_data import (
     path,
     resolve,
 )
+from durachat_infra.store._memory_tenants import MemoryTenants
 from durachat_infra.store._memory_transaction import MemoryTransaction
 from durachat_infra.store._records import (
     OPEN_TURN_STATUSES,
@@ -66,9 +67,9 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class MemoryStore:
-    """Conversations, message trees, branches, turns, tool calls and recovery incidents in
-    memory (see `durachat_infra.store.port.StorePort` for the contract).
+class MemoryStore(MemoryTenants):
+    """Tenants and their keys, conversations, message trees, branches, turns, tool calls and
+    recovery incidents in memory (see `durachat_infra.store.port.StorePort` for the contract).
 
     Writes (transactions, claims, creations, heartbeats, sweeps) run one at a time under the
     database's write lock, so a claim waits for the transaction in progress, as on SQL.

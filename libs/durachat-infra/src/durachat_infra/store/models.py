@@ -35,12 +35,14 @@ from durachat_infra.store._types import JSONText, UTCDateTime, utcnow
 
 __all__ = [
     "NAMING_CONVENTION",
+    "ApiKey",
     "Base",
     "Branch",
     "Conversation",
     "Message",
     "QuarantinedRow",
     "RecoveryIncident",
+    "SigningKey",
     "Tenant",
     "Turn",
 ]
@@ -79,6 +81,37 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(primary_key=True)
     name: Mapped[str]
     created_at: Mapped[datetime] = mapped_column(default=utcnow, server_default=func.now())
+    quotas: Mapped[dict[str, Any] | None] = mapped_column(JSONText)
+    """The quotas this tenant overrides (docs/security.md#quotas); the rest are the defaults."""
+    settings: Mapped[dict[str, Any] | None] = mapped_column(JSONText)
+
+
+class ApiKey(Base):
+    """An API key of a tenant (docs/security.md): its public id and a hash of its secret."""
+
+    __tablename__ = "api_keys"
+    __table_args__ = (Index(None, "tenant_id"),)
+
+    id: Mapped[str] = mapped_column(primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    secret_hash: Mapped[str]
+    label: Mapped[str | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, server_default=func.now())
+    revoked_at: Mapped[datetime | None]
+
+
+class SigningKey(Base):
+    """A secret that signs a tenant's client tokens; rotated with an overlap
+    (docs/security.md#rotation)."""
+
+    __tablename__ = "signing_keys"
+    __table_args__ = (Index(None, "tenant_id"),)
+
+    id: Mapped[str] = mapped_column(primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    secret: Mapped[str]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, server_default=func.now())
+    retires_at: Mapped[datetime | None]
 
 
 class Conversation(_Timestamps, Base):

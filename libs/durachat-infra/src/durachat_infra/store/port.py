@@ -30,8 +30,15 @@ from durachat_infra.store._records import (
     TurnRecord,
     TurnStatus,
 )
+from durachat_infra.store._tenant_records import (
+    ApiKeyRecord,
+    Credentials,
+    SigningKeyRecord,
+    TenantRecord,
+    TenantRemoval,
+)
 
-__all__ = ["StorePort", "TransactionPort"]
+__all__ = ["StorePort", "TenantStorePort", "TransactionPort"]
 
 
 T = TypeVar("T")
@@ -165,9 +172,96 @@ class TransactionPort(Protocol):
         ...
 
 
-class StorePort(Protocol):
-    """Conversations, their message trees and branches, turns, tool calls and recovery
-    incidents.
+class TenantStorePort(Protocol):
+    """Tenants, their API keys and the secrets their client tokens are signed with
+    (docs/security.md). Not fenced: none of it belongs to a conversation's owner.
+
+    Every query and write of a conversation is scoped by its key's tenant; these methods are
+    the only ones that name a tenant alone.
+    """
+
+    async def create_tenant(
+        self,
+        tenant_id: str,
+        *,
+        name: str | None = None,
+        quotas: dict[str, int] | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> TenantRecord:
+        """Create a tenant (`name` defaults to its id). `ValueError` for an invalid id
+        (`check_tenant_id`), `TenantExistsError` if it exists."""
+        ...
+
+    async def get_tenant(self, tenant_id: str) -> TenantRecord | None:
+        """One tenant, or `None`."""
+        ...
+
+    async def list_tenants(self) -> list[TenantRecord]:
+        """Every tenant, by id."""
+        ...
+
+    async def update_tenant(
+        self,
+        tenant_id: str,
+        *,
+        name: str | None = None,
+        quotas: dict[str, int] | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> TenantRecord:
+        """Replace what is given (an empty `quotas` or `settings` clears it); returns the
+        tenant as it is now. `UnknownTenantError` for an unknown tenant."""
+        ...
+
+    async def delete_tenant(self, tenant_id: str) -> TenantRemoval:
+        """Delete the tenant, every conversation of it with all its rows, and its keys, all at
+        once; returns what went. `UnknownTenantError` for an unknown tenant."""
+        ...
+
+    async def count_conversations(self, tenant_id: str) -> int:
+        """How many conversations the tenant has (0 for an unknown tenant)."""
+        ...
+
+    async def add_api_key(
+        self, tenant_id: str, key_id: str, secret_hash: str, *, label: str | None = None
+    ) -> ApiKeyRecord:
+        """Store an API key (its secret hashed by the caller). `UnknownTenantError` for an
+        unknown tenant, `StoreError` if `key_id` is taken."""
+        ...
+
+    async def list_api_keys(self, tenant_id: str) -> list[ApiKeyRecord]:
+        """The tenant's API keys, revoked ones included, oldest first."""
+        ...
+
+    async def revoke_api_key(self, tenant_id: str, key_id: str) -> ApiKeyRecord | None:
+        """Revoke the tenant's key `key_id` (idempotent); `None` if the tenant has no such key
+        (a key of another tenant is not touched)."""
+        ...
+
+    async def add_signing_key(
+        self, tenant_id: str, key_id: str, secret: str, *, retire_others_at: datetime | None
+    ) -> SigningKeyRecord:
+        """Store a signing key; the tenant's other keys retire at `retire_others_at` unless
+        they retire sooner (`None`: unchanged). `UnknownTenantError` for an unknown tenant,
+        `StoreError` if `key_id` is taken."""
+        ...
+
+    async def list_signing_keys(self, tenant_id: str) -> list[SigningKeyRecord]:
+        """The tenant's signing keys, oldest first."""
+        ...
+
+    async def remove_signing_key(self, tenant_id: str, key_id: str) -> bool:
+        """Delete the tenant's signing key `key_id`; False if the tenant has no such key."""
+        ...
+
+    async def load_credentials(self) -> Credentials:
+        """Every tenant, every API key not revoked and every signing key: what a gateway
+        checks credentials against without a database read per request."""
+        ...
+
+
+class StorePort(TenantStorePort, Protocol):
+    """Tenants and their keys, conversations, their message trees and branches, turns, tool
+    calls and recovery incidents.
 
     Reads are not fenced and see only committed transactions. Writes to a conversation's
     content go through `transaction`, fenced by the conversation's epoch: `claim` raises the

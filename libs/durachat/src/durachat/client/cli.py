@@ -19,6 +19,7 @@ from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
 from typing import Any, TextIO, TypeVar
 
+from durachat.client.admin_cli import add_admin_commands, run_admin
 from durachat.client.chat import ChatClient
 from durachat.client.errors import ClientError
 from durachat.client.reply import Outcome, Reply, message_text
@@ -94,6 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return load(argv[1:])
     args = _parser().parse_args(argv)
+    if args.command == "admin":
+        return run_admin(args)
     try:
         if args.command == "history":
             return _history(args)
@@ -143,11 +146,20 @@ def _parser() -> argparse.ArgumentParser:
         description="Print the conversation's transcript.",
     )
     commands.add_parser("load", add_help=False, help="load-test a server (durachat load --help)")
+    add_admin_commands(commands, common)
     return parser
 
 
+def _auth() -> dict[str, str]:
+    """An API key or client token from `DURACHAT_API_KEY`, for a gateway that needs one."""
+    credential = os.environ.get("DURACHAT_API_KEY")
+    return {"Authorization": f"Bearer {credential}"} if credential else {}
+
+
 def _history(args: argparse.Namespace) -> int:
-    messages = asyncio.run(fetch_history(args.url, args.agent, args.name, branch=args.branch))
+    messages = asyncio.run(
+        fetch_history(args.url, args.agent, args.name, branch=args.branch, headers=_auth())
+    )
     if not messages:
         on = "" if branch_query(args.branch) is None else f" on branch {args.branch}"
         _err(f"(no messages in {args.agent}/{args.name}{on})")
@@ -156,7 +168,9 @@ def _history(args: argparse.Namespace) -> int:
 
 
 async def _connect(args: argparse.Namespace) -> ChatClient:
-    return await ChatClient.connect(args.url, args.agent, args.name, branch=args.branch)
+    return await ChatClient.connect(
+        args.url, args.agent, args.name, branch=args.branch, headers=_auth()
+    )
 
 
 def _one_shot(args: argparse.Namespace) -> int:
