@@ -37,6 +37,10 @@ def http_routes(agent: str, name: str) -> list[tuple[str, str, dict[str, Any] | 
         ("POST", f"{base}/branches/side/fork", {"name": f"{name}-fork"}),
         ("GET", f"{base}/messages/m1/siblings", None),
         ("GET", f"{base}/something-else", None),
+        # The AI SDK's HTTP transport (the conversation's name is in the body of a chat).
+        ("POST", f"/v1/agents/{agent}/chat", {"id": name, "messages": []}),
+        ("GET", f"/v1/agents/{agent}/chat/{name}/stream", None),
+        ("POST", f"/v1/agents/{agent}/chat/{name}/stop", None),
     ]
 
 
@@ -221,6 +225,8 @@ async def test_tenant_a_finds_nothing_of_tenant_b_on_any_route(
     assert (
         await as_a("POST", f"{base}/branches/{b_branch}/fork", {"name": "f"})
     ).status_code == 404
+    # Nothing of B's streams over the AI SDK transport either.
+    assert (await as_a("GET", f"/v1/agents/{AGENT}/chat/{NAME}/stream")).status_code == 204
     usage = (await as_a("GET", "/v1/usage")).json()
     assert usage["tenant"] == a.id and usage["usage"]["conversations"] <= 1
 
