@@ -256,3 +256,25 @@ async def test_a_reply_counts_its_tokens(
 
 async def _at_least(read: Callable[[], Awaitable[int]], value: int) -> bool:
     return await read() >= value
+
+
+async def test_the_ai_sdk_transport_counts_turns_and_answers_429(
+    auth_cluster: LocalCluster, auth_http: httpx.AsyncClient
+) -> None:
+    tenant = await create_tenant(auth_http, quotas={"turns_per_minute": 1})
+    body = {"id": "sdk", "messages": [user_message("one")], "trigger": "submit-message"}
+    async with auth_http.stream(
+        "POST", f"/v1/agents/{AGENT}/chat", json=body, headers=tenant.headers
+    ) as first:
+        assert first.status_code == 200
+        assert "[DONE]" in "".join([line async for line in first.aiter_lines()])
+    stored = await transcript(auth_http, tenant, "sdk")
+
+    body["messages"] = [*stored, user_message("two")]
+    second = await auth_http.post(f"/v1/agents/{AGENT}/chat", json=body, headers=tenant.headers)
+
+    assert second.status_code == 429
+    assert int(second.headers["Retry-After"]) >= 1
+    assert second.json()["code"] == "quota_exceeded"
+    assert second.json()["quota"] == "turns_per_minute"
+    assert await transcript(auth_http, tenant, "sdk") == stored
