@@ -10,7 +10,7 @@ export UV_PYTHON := $(PYTHON)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install run test test-py test-compat lint format bench bench-check bench-auth soak chaos clean chromium playground
+.PHONY: help install run test test-py test-compat lint format bench bench-check bench-auth soak chaos fuzz clean chromium playground
 
 help:  # List the targets
 	@grep -E '^[a-z-]+:.*#' Makefile | sed -E 's/:.*#/\t/'
@@ -87,6 +87,10 @@ chaos: install  # 10 minutes of random kills, pauses and Redis restarts under lo
 	DURACHAT_CHAOS_SECONDS=$(CHAOS_SECONDS) DURACHAT_CHAOS_REPORT=var/chaos/report.json \
 		$(BIN)/pytest -p no:cacheprovider -s tests/e2e/test_chaos.py
 	DURACHAT_FAULT_OUTAGE=30 $(BIN)/pytest -p no:cacheprovider tests/e2e/test_faults.py
+
+FUZZ_CASES ?= 50000
+fuzz: install  # Fuzz the gateway: FUZZ_CASES Hypothesis frames over a WebSocket and as many Schemathesis requests (100,000 cases)
+	DURACHAT_FUZZ_CASES=$(FUZZ_CASES) $(BIN)/pytest -p no:cacheprovider tests/fuzz
 
 bench-auth: install  # What auth mode costs: durachat open and with credentials, in one run
 	$(BIN)/python -m bench --targets durachat,durachat-auth

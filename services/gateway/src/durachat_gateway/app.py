@@ -41,6 +41,7 @@ from durachat_gateway.branches_api import (
 from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import ClientConnection
 from durachat_gateway.forwarder import Forwarder, ForwardError
+from durachat_gateway.http_errors import install_error_handlers
 from durachat_gateway.playground import mount_playground
 from durachat_gateway.readiness import readiness_router
 from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body, refused_turn
@@ -163,6 +164,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         required=bool(settings.admin_key),
     )
     add_docs(app)
+    install_error_handlers(app)
 
     async def branch_guard(
         request: Request, key: ConversationKey, op: dict[str, Any]
