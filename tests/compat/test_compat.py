@@ -8,25 +8,17 @@ success. `make test` installs the pinned packages (`npm ci` in tests/compat) fir
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import shutil
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
 
 from durachat_infra.local.cluster import LocalCluster
+from support.compat_driver import DRIVER_TIMEOUT, driver_missing, run_driver
 from support.tenancy import create_tenant, mint
 
-HERE = Path(__file__).resolve().parent
-DRIVER = HERE / "driver.mjs"
-NODE = shutil.which("node")
 AGENT = "chat-agent"
-DRIVER_TIMEOUT = 45.0
-"""Seconds one driver run may take; the driver gives itself 30 s per scenario."""
 
 SCENARIOS = [
     "chat",
@@ -107,11 +99,7 @@ They are reported as xfail while they fail that way, and fail once they pass."""
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.timeout(120),
-    pytest.mark.skipif(NODE is None, reason="node is not installed"),
-    pytest.mark.skipif(
-        not (HERE / "node_modules").is_dir(),
-        reason="tests/compat/node_modules is missing: `npm ci` in tests/compat (make test runs it)",
-    ),
+    pytest.mark.skipif(driver_missing() is not None, reason=driver_missing() or ""),
 ]
 
 
@@ -166,42 +154,23 @@ async def run_scenario(
     cluster: LocalCluster, scenario: str, *, name: str | None = None, token: str | None = None
 ) -> None:
     """Run one driver scenario against `cluster` (with a client token, if given)."""
-    assert NODE is not None
     urls = cluster.urls if scenario in TWO_GATEWAYS else cluster.urls[:1]
     name = name or f"compat-{scenario}-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, **({"COMPAT_TOKEN": token} if token else {})}
-    process = await asyncio.create_subprocess_exec(
-        NODE,
-        str(DRIVER),
-        ",".join(urls),
-        scenario,
-        AGENTS.get(scenario, AGENT),
-        name,
-        cwd=HERE,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        stdout_b, stderr_b = await asyncio.wait_for(process.communicate(), DRIVER_TIMEOUT)
-    except TimeoutError:
-        process.kill()
-        stdout_b, stderr_b = await process.communicate()
+    run = await run_driver(urls, scenario, AGENTS.get(scenario, AGENT), name, token=token)
+    stdout, stderr = run.stdout, run.stderr
+    if run.returncode is None:
         pytest.fail(
-            f"driver did not exit within {DRIVER_TIMEOUT}s\n"
-            f"{_explain(stdout_b.decode(errors='replace'))}\n"
-            f"stderr:\n{stderr_b.decode(errors='replace')[-4000:]}\n{_dump_logs(cluster)}"
+            f"driver did not exit within {DRIVER_TIMEOUT}s\n{_explain(stdout)}\n"
+            f"stderr:\n{stderr[-4000:]}\n{_dump_logs(cluster)}"
         )
-    stdout = stdout_b.decode(errors="replace")
-    stderr = stderr_b.decode(errors="replace")
     known = KNOWN_SERVER_BUGS.get(scenario)
     if known is not None:
-        if process.returncode == 0:
+        if run.returncode == 0:
             pytest.fail(f"scenario {scenario} passes now: remove it from KNOWN_SERVER_BUGS")
         if _reason(stdout).startswith(known[0]):
             pytest.xfail(f"known server bug: {known[1]}")
         pytest.fail(
-            f"scenario {scenario} failed (exit {process.returncode})\n{_explain(stdout)}\n"
+            f"scenario {scenario} failed (exit {run.returncode})\n{_explain(stdout)}\n"
             f"stderr:\n{stderr[-4000:]}\n{_dump_logs(cluster)}",
             pytrace=False,
         )

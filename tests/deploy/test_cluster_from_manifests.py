@@ -4,7 +4,8 @@ Each process's command and environment are taken from the rendered chart and fro
 Compose's normalised model, and run as local processes against a real Redis (started from the
 manifest's own `redis-server` command line) and the tests' PostgreSQL; `support.deploy_cluster`
 says what is rewritten (host names, ports, the database name). Then: every probe passes, a chat
-goes through the real client with the manifest's credentials, and a shard stopped with SIGTERM
+goes through the durachat CLI and Python client with a tenant's API key and through the real npm
+client (`agents`, `@cloudflare/ai-chat`) with a client token, and a shard stopped with SIGTERM
 finishes the reply it was streaming within the grace period its manifest gives.
 """
 
@@ -21,6 +22,7 @@ import pytest
 
 from durachat.client import ChatClient
 from support.cli import run_cli
+from support.compat_driver import driver_missing, run_driver
 from support.deploy_cluster import ManifestCluster, Running, provision_database
 from support.deploy_manifests import (
     ROOT,
@@ -168,6 +170,14 @@ async def _chat(base: str, headers: dict[str, str]) -> None:
     async with ChatClient.connect(base, AGENT, name + "-client", headers=headers) as client:
         reply = await client.send("hello there")
         assert await reply.text() == "echo: hello there"
+    if driver_missing() is not None:
+        return  # `make test-py` without the npm packages: the Python clients above only
+    # A browser's way in: a client token its backend minted, in the socket's query.
+    async with httpx.AsyncClient(base_url=base, timeout=10, headers=headers) as http:
+        minted = await http.post("/v1/tokens", json={"agent": AGENT, "name": name + "-npm"})
+    assert minted.status_code == 201, minted.text
+    run = await run_driver([base], "chat", AGENT, name + "-npm", token=minted.json()["token"])
+    assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-2000:]}"
 
 
 async def _drain_keeps_the_streaming_reply(
