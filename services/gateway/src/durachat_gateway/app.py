@@ -18,9 +18,12 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.websockets import WebSocketDisconnect
 
+from durachat import limits
 from durachat.protocol import MessageType
+from durachat.protocol.schema import InvalidInputError, check_client_frame
 from durachat.protocol.server_frames import (
     identity_frame,
+    invalid_request_frames,
     mcp_servers_frame,
     rejected_request_frame,
 )
@@ -41,6 +44,7 @@ from durachat_gateway.branches_api import (
 from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import ClientConnection
 from durachat_gateway.forwarder import Forwarder, ForwardError
+from durachat_gateway.mistakes import client_mistake
 from durachat_gateway.playground import mount_playground
 from durachat_gateway.readiness import readiness_router
 from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body, refused_turn
@@ -386,12 +390,21 @@ async def _serve(
             conn.send_error("frame_too_large", f"frames are limited to {limit} bytes")
             continue
         try:
-            frame = json.loads(text)
+            # Bounded before it is parsed (docs/security.md#bad-input).
+            frame = limits.loads(text, max_bytes=max(limit, limits.MAX_JSON_BYTES))
+        except limits.JSONLimitError as exc:
+            _refuse(conn, None, "too_deep", f"the frame's {exc}")
+            continue
         except json.JSONDecodeError as exc:
-            conn.send_error("invalid_json", f"frame is not valid JSON: {exc.msg}")
+            _refuse(conn, None, "invalid_json", f"frame is not valid JSON: {exc.msg}")
             continue
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
-            conn.send_error("invalid_frame", "a frame is a JSON object with a string `type`")
+            _refuse(conn, None, "invalid_frame", "a frame is a JSON object with a string `type`")
+            continue
+        try:
+            check_client_frame(frame)
+        except InvalidInputError as exc:
+            _refuse(conn, frame, exc.code, exc.message)
             continue
         kind: str = frame["type"]
         FRAMES_IN.labels(kind if kind.startswith("cf_agent_") else "other").inc()
@@ -411,6 +424,18 @@ async def _serve(
             _forward(r, conn, key, tag, frame, size=len(text))
         else:
             conn.send_error("unknown_frame", f"frame type {kind!r} is not supported")
+
+
+def _refuse(conn: ClientConnection, frame: dict[str, Any] | None, code: str, message: str) -> None:
+    """Answer a frame the gateway refuses: a chat request with an id also gets its rejected
+    response and terminal frame, so its client settles (docs/protocol.md#errors)."""
+    client_mistake(code, message)
+    if frame is not None and frame.get("type") == MessageType.USE_CHAT_REQUEST.value:
+        request_id = frame.get("id")
+        if isinstance(request_id, str) and request_id:
+            for answer in invalid_request_frames(request_id, message):
+                conn.send_json(answer)
+    conn.send_error(code, message)
 
 
 async def _resume(
