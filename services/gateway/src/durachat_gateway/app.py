@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import uuid
@@ -42,7 +43,8 @@ from durachat_gateway.branches_api import (
     branch_router,
 )
 from durachat_gateway.channels import Channel, Channels
-from durachat_gateway.connection import ClientConnection
+from durachat_gateway.connection import ClientConnection, ForwardQueueFullError
+from durachat_gateway.edges import EdgeChecks, origin_allowed, parse_origins
 from durachat_gateway.forwarder import Forwarder, ForwardError
 from durachat_gateway.mistakes import client_mistake
 from durachat_gateway.playground import mount_playground
@@ -111,7 +113,12 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         cluster = ClusterKeys(settings.key_prefix)
         view = ClusterView(redis, cluster, refresh=settings.heartbeat_interval)
         await view.start()
-        reader = LogReader(redis, blocking, cluster.gateway_wake(settings.gateway_id))
+        reader = LogReader(
+            redis,
+            blocking,
+            cluster.gateway_wake(settings.gateway_id),
+            read_bytes=settings.log_read_bytes,
+        )
         await reader.start()
         runtime = Runtime(
             settings=settings,
@@ -166,7 +173,10 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         open_tenant=settings.tenant,
         required=bool(settings.admin_key),
     )
+    # Outside authentication: a bad name or an oversized body is refused before anything else.
+    app.add_middleware(EdgeChecks, max_body_bytes=settings.max_body_bytes)
     add_docs(app)
+    default_origins = parse_origins(settings.allowed_origins)
 
     async def branch_guard(
         request: Request, key: ConversationKey, op: dict[str, Any]
@@ -185,7 +195,13 @@ def build_app(settings: GatewaySettings) -> FastAPI:
     app.include_router(admin_router(tenancy))
     app.include_router(tenant_router(tenancy, max_ttl=settings.token_max_ttl))
     # The AI SDK's HTTP chat transport (useChat).
-    app.include_router(aisdk_router(rt, send_queue_limit=settings.send_queue_limit))
+    app.include_router(
+        aisdk_router(
+            rt,
+            send_queue_limit=settings.send_queue_limit,
+            send_buffer_bytes=settings.send_buffer_bytes,
+        )
+    )
     mount_playground(app)
 
     @app.get("/healthz")
@@ -272,6 +288,24 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             return
         principal = principal_of(websocket)
         key = ConversationKey(tenant_of(websocket), agent, name)
+        origin = websocket.headers.get("origin")
+        if origin is not None:
+            allowed = default_origins
+            if r.tenancy is not None:
+                record = r.tenancy.directory.tenant(key.tenant)
+                own = None if record is None else record.settings.get("allowed_origins")
+                if own is not None:
+                    allowed = parse_origins(own)
+            if not origin_allowed(origin, allowed):
+                client_mistake("origin_not_allowed", origin)
+                await _deny_with(
+                    websocket,
+                    JSONResponse(
+                        {"code": "origin_not_allowed", "message": f"origin {origin!r} refused"},
+                        403,
+                    ),
+                )
+                return
         place: str | None = None
         if r.tenancy is not None:
             try:
@@ -296,8 +330,17 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             if r.tenancy is not None and place is not None:
                 await r.tenancy.gate.close_connection(key.tenant, place)
             raise
-        connection_id = websocket.query_params.get("_pk") or uuid.uuid4().hex
-        conn = ClientConnection(websocket, connection_id, limit=settings.send_queue_limit)
+        # Server state is keyed by an id the server makes, never by the client's `_pk`: a
+        # second socket sending another client's `_pk` gets none of that client's frames
+        # (docs/protocol.md#connection).
+        conn = ClientConnection(
+            websocket,
+            uuid.uuid4().hex,
+            limit=settings.send_queue_limit,
+            limit_bytes=settings.send_buffer_bytes,
+            forward_bytes=settings.forward_queue_bytes,
+        )
+        conn.client_id = websocket.query_params.get("_pk") or conn.id
         conn.start()
         if r.tenancy is not None:
             r.tenancy.sockets[conn] = principal
@@ -407,6 +450,14 @@ async def _serve(
             _refuse(conn, frame, exc.code, exc.message)
             continue
         kind: str = frame["type"]
+        if kind in FORWARDED or kind in BRANCH_FRAMES or conn.forwarding:
+            try:
+                # Back-pressure: while this connection's frames wait for their shard, its
+                # socket is not read (docs/operations.md#buffers).
+                await conn.forward_room(len(text), r.settings.forward_timeout)
+            except ForwardQueueFullError:
+                _refuse(conn, frame, "overloaded", "too many frames are waiting; retry later")
+                continue
         FRAMES_IN.labels(kind if kind.startswith("cf_agent_") else "other").inc()
         if tenancy is not None and not await tenancy.permit(conn, principal, key, frame):
             continue
@@ -414,12 +465,13 @@ async def _serve(
             if conn.forwarding:
                 # Answer after the frames sent before it have reached the shard, so a probe
                 # right after a request sees that request.
-                conn.forward(lambda frame=frame: _resume(channel, conn, frame, catch_up=True))  # type: ignore[misc]
+                resume = functools.partial(_resume, channel, conn, frame, catch_up=True)
+                conn.forward(resume, len(text))
             else:
                 await _resume(channel, conn, frame)
         elif kind in BRANCH_FRAMES:
             # In order with the frames forwarded before it (a switch right after a request).
-            conn.forward(lambda frame=frame: branch_frame(r, channel, conn, key, frame))  # type: ignore[misc]
+            conn.forward(functools.partial(branch_frame, r, channel, conn, key, frame), len(text))
         elif kind in FORWARDED:
             _forward(r, conn, key, tag, frame, size=len(text))
         else:
@@ -507,4 +559,4 @@ def _forward(
                 )
             conn.send_error(exc.code, exc.message)
 
-    conn.forward(deliver)
+    conn.forward(deliver, size)

@@ -92,6 +92,10 @@ class LogReads:
         return str(rows[0][0]) if rows else "0-0"
 
 
+MAX_READ_COUNT = 1000
+"""Most entries of one log a gateway reads at once."""
+
+
 class LogReader(LogReads):
     """Follows the event logs of every conversation a gateway's clients watch.
 
@@ -108,8 +112,14 @@ class LogReader(LogReads):
         *,
         block_ms: int = 5000,
         coalesce: float = 0.001,
+        read_bytes: int = 16 * 1024 * 1024,
     ):
+        """`read_bytes`: about how many bytes of entries one read may bring (the count asked
+        for follows the size of the entries read last), so a burst of large entries is not
+        pulled into memory all at once."""
         super().__init__(redis)
+        self._read_bytes = read_bytes
+        self._count = MAX_READ_COUNT
         self._blocking = blocking
         self._wake_key = wake_key
         self._block_ms = block_ms
@@ -142,6 +152,15 @@ class LogReader(LogReads):
         """Stop delivering entries of `keys.log`."""
         self._follows.pop(keys.log, None)
 
+    def _next_count(self, result: Any) -> int:
+        """How many entries per log the next read asks for: as many of the size just read
+        as fit in `read_bytes` (XREAD's count applies to each log)."""
+        rows = [row for key, found in result or [] if key != self._wake_key for row in found]
+        if not rows:
+            return self._count
+        size = sum(len(value) for _, fields in rows for value in fields.values()) / len(rows)
+        return max(1, min(MAX_READ_COUNT, int(self._read_bytes / max(size, 1.0))))
+
     def _wake(self) -> None:
         async def wake() -> None:
             try:
@@ -158,13 +177,16 @@ class LogReader(LogReads):
             for key, (after, _) in self._follows.items():
                 streams[key] = after
             try:
-                result = await self._blocking.xread(streams, block=self._block_ms, count=1000)
+                result = await self._blocking.xread(
+                    streams, block=self._block_ms, count=self._count
+                )
             except RedisError as exc:
                 log.warning("event log read failed, retrying: %s", exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
             delay = 0.05
+            self._count = self._next_count(result)
             for key, rows in result or []:
                 if not rows:
                     continue
