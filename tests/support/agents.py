@@ -143,3 +143,18 @@ class ParallelToolsAgent(ChatAgent):
             }
         yield {"type": "finish-step"}
         yield {"type": "finish", "finishReason": "tool-calls"}
+
+
+class BlobAgent(ChatAgent):
+    """Streams large transient data parts (not stored): the request body's `blobs` parts of
+    `size` characters each, then `done` as text. For the tests of bounded buffers."""
+
+    async def on_chat_message(self, turn: Turn) -> AsyncIterator[UIChunk]:
+        body = turn.body or {}
+        count, size = int(body.get("blobs", 1)), int(body.get("size", 1024))
+        blob = "b" * size
+        for n in range(count):
+            yield {"type": "data-blob", "id": f"blob-{n}", "data": blob, "transient": True}
+        yield {"type": "text-start", "id": "t"}
+        yield {"type": "text-delta", "id": "t", "delta": "done"}
+        yield {"type": "text-end", "id": "t"}

@@ -37,6 +37,7 @@ from durachat_gateway.auth.principal import principal_of
 from durachat_gateway.branch_frames import resolve_branch
 from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import DEFAULT_BUFFER_BYTES, ClientConnection
+from durachat_gateway.edges import name_problem
 from durachat_gateway.forwarder import Forwarder, ForwardError
 from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body
 from durachat_infra.keys import conversation_tag
@@ -136,6 +137,9 @@ def aisdk_router(
     def admit(request: Request, agent: str, name: str, scope: str) -> ConversationKey | Response:
         """The conversation a request may use, or its refusal (docs/security.md)."""
         principal = principal_of(request)
+        problem = name_problem(name)
+        if problem is not None:
+            return _error(400, "invalid_name", problem)
         if principal.tenant is None:
             return _error(403, "tenant_credential_required", "the admin key acts for no tenant")
         if not principal.covers(agent, name):

@@ -24,6 +24,10 @@ from durachat_gateway.mistakes import client_mistake
 MAX_NAME_CHARS: Final = 512
 """Longest agent or conversation name: what the store keeps (`ConversationKey`)."""
 
+LINGER_SECONDS: Final = 2.0
+"""How long a connection whose head was refused is kept open, reading and dropping, after
+its 431 (so the client reads the answer before the connection goes)."""
+
 _NAMED_PREFIXES: Final = ("/agents/", "/v1/agents/")
 
 
@@ -180,37 +184,50 @@ def bounded_http_protocol(max_head_bytes: int) -> type[Any]:
 
     class BoundedHttpProtocol(HttpToolsProtocol):
         _head_open = True
+        """The bytes coming next belong to a request head."""
         _head_bytes = 0
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._head_open = True
-            self._head_bytes = 0
+        _tail = b""
+        _refused = False
 
         def on_headers_complete(self) -> None:
             self._head_open = False
             super().on_headers_complete()
 
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._head_open, self._head_bytes, self._tail = True, 0, b""
+
         def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return  # the rest of a refused head: read and dropped until the close
             if self._head_open:
-                self._head_bytes += len(data)
+                # Measured before the parser sees it (it would buffer a head without end):
+                # up to the blank line that ends the head, across reads.
+                window = self._tail + data
+                end = window.find(b"\r\n\r\n")
+                grown = len(data) if end < 0 else max(0, end + 4 - len(self._tail))
+                if self._head_bytes + grown > max_head_bytes:
+                    self._refuse_head()
+                    return
+                self._head_bytes += grown
+                self._tail = window[-3:]
             super().data_received(data)
-            # Bytes of a head that has not ended yet: counted across reads, so a head sent in
-            # small pieces is cut off as soon as it is too long.
-            if (
-                self._head_open
-                and self._head_bytes > max_head_bytes
-                and not self.transport.is_closing()
-            ):
-                client_mistake("headers_too_large", f"request head over {max_head_bytes} bytes")
-                message = f"the request line and headers are limited to {max_head_bytes} bytes"
-                body = json.dumps({"code": "headers_too_large", "message": message}).encode()
-                self.transport.write(
-                    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-                    b"content-type: application/json\r\n"
-                    b"content-length: " + str(len(body)).encode() + b"\r\n"
-                    b"connection: close\r\n\r\n" + body
-                )
-                self.transport.close()
+
+        def _refuse_head(self) -> None:
+            client_mistake("headers_too_large", f"request head over {max_head_bytes} bytes")
+            self._refused = True
+            message = f"the request line and headers are limited to {max_head_bytes} bytes"
+            body = json.dumps({"code": "headers_too_large", "message": message}).encode()
+            self.transport.write(
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                b"content-type: application/json\r\n"
+                b"content-length: " + str(len(body)).encode() + b"\r\n"
+                b"connection: close\r\n\r\n" + body
+            )
+            # Half-close after the answer and keep reading (and dropping) a moment: closing
+            # with unread bytes would reset the connection, and the client could lose the 431.
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
     return BoundedHttpProtocol
