@@ -147,7 +147,7 @@ class GatewaySettings(CommonSettings, ClusterTiming):
     """Frames buffered for one slow client; past that it is disconnected (close code 1013) and
     resumes from the event log when it reconnects."""
 
-    send_buffer_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    send_buffer_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     """Bytes of frames buffered for one slow client; past that it is disconnected (1013) as
     well (docs/operations.md#buffers)."""
 
@@ -156,8 +156,9 @@ class GatewaySettings(CommonSettings, ClusterTiming):
     stops reading the connection until there is room, and refuses the frame (`overloaded`)
     if there is none within `forward_timeout`."""
 
-    log_read_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
-    """About how many bytes of event-log entries a gateway reads from Redis at once."""
+    log_read_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    """About how many bytes of one conversation's event-log entries a gateway reads from Redis
+    at once (at least one entry, at most 8)."""
 
     max_frame_bytes: int = 4 * 1024 * 1024
     """Largest client frame accepted."""

@@ -27,7 +27,7 @@ slow consumers still under way."""
 SLOW_CONSUMER_CLOSE = 1013
 """Close code for a client that can't keep up; it reconnects and resumes from the log."""
 
-DEFAULT_BUFFER_BYTES: Final = 8 * 1024 * 1024
+DEFAULT_BUFFER_BYTES: Final = 16 * 1024 * 1024
 """Bytes of frames queued for one client before it counts as too slow (the default of
 `DURACHAT_SEND_BUFFER_BYTES`)."""
 
@@ -68,6 +68,7 @@ class ClientConnection:
         """Length of the queued frames and of the one being written (characters of JSON
         text: bytes for ASCII)."""
         self._ready = asyncio.Event()
+        self._drained = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self.closed = False
         self.pending_resume: str | None = None
@@ -155,6 +156,18 @@ class ClientConnection:
         return self._in_flight > 0
 
     @property
+    def filling(self) -> bool:
+        """Whether more than half the send buffer is taken (see `room`)."""
+        return self._queued_bytes > self._limit_bytes // 2
+
+    async def room(self) -> None:
+        """Wait until at most half the send buffer is taken (or the connection closed): a
+        replay paces itself by it, so a long one is not taken for a slow client."""
+        while self.filling and not self.closed:
+            self._drained.clear()
+            await self._drained.wait()
+
+    @property
     def buffered_bytes(self) -> int:
         """Length of the frames queued for the client and not yet written to its socket."""
         return self._queued_bytes
@@ -187,6 +200,7 @@ class ClientConnection:
         self.closed = True
         self._queue.clear()
         self._queued_bytes = 0
+        self._drained.set()
         closing = asyncio.get_running_loop().create_task(self._close(SLOW_CONSUMER_CLOSE))
         _draining.add(closing)
         closing.add_done_callback(_draining.discard)
@@ -240,8 +254,12 @@ class ClientConnection:
                     return
                 await send(text)
                 self._queued_bytes -= len(text)
+                if not self.filling:
+                    self._drained.set()
         except (WebSocketDisconnect, RuntimeError, OSError):
             self.closed = True
         except Exception:
             # A socket that went away mid-write (uvicorn's ClientDisconnected).
             self.closed = True
+        finally:
+            self._drained.set()
