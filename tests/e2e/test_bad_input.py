@@ -101,7 +101,7 @@ async def test_the_part_types_the_ai_sdk_defines_pass(
     cluster: LocalCluster, conversation: str
 ) -> None:
     url = cluster.urls[0]
-    parts = [
+    parts: list[dict[str, Any]] = [
         {"type": "step-start"},
         {"type": "text", "text": "look", "state": "done", "providerMetadata": {"x": {"y": 1}}},
         {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,AA=="},
@@ -110,7 +110,7 @@ async def test_the_part_types_the_ai_sdk_defines_pass(
         {"type": "data-weather", "id": "d1", "data": {"city": "Oslo"}},
         {"type": "reasoning", "text": "hmm"},
     ]
-    assistant = {
+    assistant: dict[str, Any] = {
         "id": "a0",
         "role": "assistant",
         "parts": [
@@ -131,7 +131,7 @@ async def test_the_part_types_the_ai_sdk_defines_pass(
             },
         ],
     }
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"id": "u0", "role": "user", "parts": [{"type": "text", "text": "hi"}]},
         assistant,
         {"id": "u1", "role": "user", "parts": parts},
