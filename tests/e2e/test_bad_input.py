@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 
 from durachat_infra.local.cluster import LocalCluster
@@ -147,3 +148,15 @@ async def test_the_part_types_the_ai_sdk_defines_pass(
     stored = await get_messages(url, AGENT, conversation)
     assert [m["id"] for m in stored][:3] == ["u0", "a0", "u1"]
     assert [p["type"] for p in stored[2]["parts"]] == [p["type"] for p in parts]
+
+
+async def test_the_ai_sdk_route_refuses_bad_bodies(
+    cluster: LocalCluster, conversation: str
+) -> None:
+    async with httpx.AsyncClient(base_url=cluster.urls[0], timeout=20) as http:
+        route = f"/v1/agents/{AGENT}/chat"
+        deep = '{"id":"n","messages":' + "[" * 200 + "]" * 200 + "}"
+        answer = await http.post(route, content=deep)
+        assert (answer.status_code, answer.json()["code"]) == (400, "too_deep"), answer.text
+        answer = await http.post(route, content=b"\xff\xfe")
+        assert (answer.status_code, answer.json()["code"]) == (400, "invalid_json"), answer.text

@@ -32,6 +32,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.websockets import WebSocket
 
+from durachat import limits
 from durachat.protocol import MessageType
 from durachat_gateway.auth.principal import principal_of
 from durachat_gateway.branch_frames import resolve_branch
@@ -226,7 +227,9 @@ def aisdk_router(
     @router.post("/v1/agents/{agent}/chat", summary="Chat, as the AI SDK's DefaultChatTransport")
     async def chat(agent: str, request: Request, branch: str | None = Query(None)) -> Response:
         try:
-            body = await request.json()
+            body = limits.loads(await request.body())
+        except limits.JSONLimitError as exc:
+            return _error(400, "too_deep" if exc.kind == "depth" else "body_too_large", str(exc))
         except ValueError:
             return _error(400, "invalid_json", "the body is not JSON")
         if not isinstance(body, dict):
