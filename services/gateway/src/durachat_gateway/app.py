@@ -426,11 +426,11 @@ async def _serve(
             return
         text = message.get("text")
         if text is None:
-            conn.send_error("binary_frame", "frames must be JSON text")
+            _refuse(conn, None, "binary_frame", "frames must be JSON text")
             continue
         # Measured in characters first: only a frame that might be too large is encoded.
         if len(text) * 4 > limit and len(text.encode()) > limit:
-            conn.send_error("frame_too_large", f"frames are limited to {limit} bytes")
+            _refuse(conn, None, "frame_too_large", f"frames are limited to {limit} bytes")
             continue
         try:
             # Bounded before it is parsed (docs/security.md#bad-input).
@@ -479,8 +479,8 @@ async def _serve(
 
 
 def _refuse(conn: ClientConnection, frame: dict[str, Any] | None, code: str, message: str) -> None:
-    """Answer a frame the gateway refuses: a chat request with an id also gets its rejected
-    response and terminal frame, so its client settles (docs/protocol.md#errors)."""
+    """Answer a frame the gateway refuses: a chat request with an id also gets its error
+    frame and its terminal frame, so its client settles (docs/protocol.md#errors)."""
     client_mistake(code, message)
     if frame is not None and frame.get("type") == MessageType.USE_CHAT_REQUEST.value:
         request_id = frame.get("id")
