@@ -272,7 +272,8 @@ async def test_malformed_frames_get_errors_and_the_socket_stays_usable(
     ]
     assert all(e["type"] == "durachat_error" for e in errors)
     failed = await a.wait_done("bad1")
-    assert failed["error"] is True
+    assert failed["outcome"] == "error"
+    assert any(f.get("id") == "bad1" and f.get("error") and not f["done"] for f in a.frames)
     request = chat_request([user_message("still fine")])
     await a.send(request)
     await a.wait_done(request["id"])

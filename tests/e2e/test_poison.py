@@ -84,7 +84,8 @@ async def test_a_request_nested_too_deep_is_refused_and_the_conversation_goes_on
     request = {"type": "cf_agent_use_chat_request", "id": "r-deep", "init": {"body": body}}
     await client.send(json.dumps(request))
     done = await client.wait_done("r-deep", timeout=30)
-    assert done.get("error") is True and done.get("outcome") == "error", done
+    assert done.get("outcome") == "error", done
+    assert any(f.get("id") == "r-deep" and f.get("error") for f in client.frames), client.frames
     error = await client.wait_for(lambda f: f.get("type") == "durachat_error")
     assert error["code"] == "too_deep", error
     await client.close()

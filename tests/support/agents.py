@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -143,3 +144,22 @@ class ParallelToolsAgent(ChatAgent):
             }
         yield {"type": "finish-step"}
         yield {"type": "finish", "finishReason": "tool-calls"}
+
+
+class BlobAgent(ChatAgent):
+    """Streams large transient data parts (not stored): the request body's `blobs` parts of
+    `size` characters each, `pause` seconds apart, then `done` as text. For the tests of
+    bounded buffers."""
+
+    async def on_chat_message(self, turn: Turn) -> AsyncIterator[UIChunk]:
+        body = turn.body or {}
+        count, size = int(body.get("blobs", 1)), int(body.get("size", 1024))
+        pause = float(body.get("pause", 0))
+        blob = "b" * size
+        for n in range(count):
+            yield {"type": "data-blob", "id": f"blob-{n}", "data": blob, "transient": True}
+            if pause:
+                await asyncio.sleep(pause)
+        yield {"type": "text-start", "id": "t"}
+        yield {"type": "text-delta", "id": "t", "delta": "done"}
+        yield {"type": "text-end", "id": "t"}

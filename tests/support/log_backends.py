@@ -49,6 +49,7 @@ class LogBackend(Protocol):
         *,
         owner: str = "",
         maxlen: int = 10_000,
+        max_bytes: int = 0,
         on_fenced: OnFenced | None = None,
         reclaim: Reclaim | None = None,
     ) -> LogWriterPort:
@@ -95,11 +96,17 @@ class MemoryLogBackend:
         *,
         owner: str = "",
         maxlen: int = 10_000,
+        max_bytes: int = 0,
         on_fenced: OnFenced | None = None,
         reclaim: Reclaim | None = None,
     ) -> LogWriterPort:
         writer = MemoryLogWriter(
-            self.log, owner=owner, maxlen=maxlen, on_fenced=on_fenced, reclaim=reclaim
+            self.log,
+            owner=owner,
+            maxlen=maxlen,
+            max_bytes=max_bytes,
+            on_fenced=on_fenced,
+            reclaim=reclaim,
         )
         self._writers.append(writer)
         return writer
@@ -146,11 +153,17 @@ class RedisLogBackend:
         *,
         owner: str = "",
         maxlen: int = 10_000,
+        max_bytes: int = 0,
         on_fenced: OnFenced | None = None,
         reclaim: Reclaim | None = None,
     ) -> LogWriterPort:
         writer = LogWriter(
-            self._redis, owner=owner, maxlen=maxlen, on_fenced=on_fenced, reclaim=reclaim
+            self._redis,
+            owner=owner,
+            maxlen=maxlen,
+            max_bytes=max_bytes,
+            on_fenced=on_fenced,
+            reclaim=reclaim,
         )
         self._writers.append(writer)
         return writer

@@ -129,14 +129,14 @@ async def test_a_batch_written_again_after_a_lost_reply_is_appended_once(
 
     keys = ConversationKeys(key_prefix, "twice")
     script = redis.register_script(APPEND)
-    names = [keys.log, keys.state, keys.lease, keys.appended]
+    names = [keys.log, keys.state, keys.lease, keys.appended, keys.log_bytes]
     await redis.set(keys.lease, "me")
     entry = ["c", '{"n":1}', "*", "r", "", ""]
-    first = await script(keys=names, args=["me", "100", "token-1", *entry])
+    first = await script(keys=names, args=["me", "100", "token-1", "0", *entry])
     await redis.delete(keys.lease)
-    again = await script(keys=names, args=["me", "100", "token-1", *entry])
+    again = await script(keys=names, args=["me", "100", "token-1", "0", *entry])
     assert again == first and len(first) == 1
     assert await redis.xlen(keys.log) == 1
     # Another batch is fenced as ever.
     with pytest.raises(Exception, match="FENCED"):
-        await script(keys=names, args=["me", "100", "token-2", *entry])
+        await script(keys=names, args=["me", "100", "token-2", "0", *entry])

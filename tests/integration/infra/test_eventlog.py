@@ -212,6 +212,34 @@ async def test_a_log_keeps_about_its_newest_maxlen_entries(log_backend: LogBacke
     assert await log_backend.reads().first_id(keys) == entries[0].id
 
 
+async def test_a_log_keeps_its_newest_entries_within_max_bytes(log_backend: LogBackend) -> None:
+    keys = log_backend.keys("bytes")
+    writer = log_backend.writer(max_bytes=100_000)
+    blob = "x" * 10_000
+    for i in range(200):
+        writer.append(keys, Kind.CHUNK, f'{{"n":{i},"b":"{blob}"}}', request="r")
+        if i % 7 == 0:
+            await writer.flush()
+    await writer.flush()
+
+    entries = await log_backend.reads().read_range(keys)
+
+    # Each entry holds about 10 kB: about ten fit, the newest ones, in order.
+    assert 5 <= len(entries) <= 10, len(entries)
+    assert [json.loads(e.frame)["n"] for e in entries] == list(range(200 - len(entries), 200))
+    assert sum(len(e.frame) for e in entries) <= 100_000
+
+
+async def test_one_entry_larger_than_max_bytes_is_kept(log_backend: LogBackend) -> None:
+    keys = log_backend.keys("huge")
+    writer = log_backend.writer(max_bytes=1_000)
+    writer.append(keys, Kind.CHUNK, "small", request="r")
+    writer.append(keys, Kind.CHUNK, "y" * 5_000, request="r")
+    await writer.flush()
+
+    assert frames(await log_backend.reads().read_range(keys)) == ["y" * 5_000]
+
+
 async def test_entry_ids_keep_increasing_across_batches_and_trims(log_backend: LogBackend) -> None:
     keys = log_backend.keys("ids")
     first = await write(log_backend, keys, 3)

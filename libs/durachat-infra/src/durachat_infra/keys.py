@@ -44,6 +44,12 @@ class ConversationKeys:
         return f"{self.prefix}:{{{self.tag}}}:epoch"
 
     @property
+    def log_bytes(self) -> str:
+        """String: about how many bytes the log's entries hold (their values), so the append
+        script can bound the log in bytes as well as in entries."""
+        return f"{self.prefix}:{{{self.tag}}}:logbytes"
+
+    @property
     def appended(self) -> str:
         """Hash (with a TTL): the token and entry ids of the last batch appended to the log,
         so a batch written again after a lost reply is not appended twice."""

@@ -82,6 +82,10 @@ class ShardSettings(CommonSettings, ClusterTiming):
     log_maxlen: int = 10_000
     """Approximate maximum entries kept in a conversation's event log."""
 
+    log_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    """Most bytes of entries kept in a conversation's event log (0: no bound); the oldest are
+    dropped past it, the newest entry always kept."""
+
     drain_timeout: float = 10.0
     """Seconds a shard stopping on SIGTERM lets running turns finish; the rest are
     checkpointed and continued by their new owners."""
@@ -143,8 +147,32 @@ class GatewaySettings(CommonSettings, ClusterTiming):
     """Frames buffered for one slow client; past that it is disconnected (close code 1013) and
     resumes from the event log when it reconnects."""
 
+    send_buffer_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    """Bytes of frames buffered for one slow client; past that it is disconnected (1013) as
+    well (docs/operations.md#buffers)."""
+
+    forward_queue_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    """Bytes of one connection's frames waiting to reach their shard; past that the gateway
+    stops reading the connection until there is room, and refuses the frame (`overloaded`)
+    if there is none within `forward_timeout`."""
+
+    log_read_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    """About how many bytes of one conversation's event-log entries a gateway reads from Redis
+    at once (at least one entry, at most 8)."""
+
     max_frame_bytes: int = 4 * 1024 * 1024
     """Largest client frame accepted."""
+
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    """Largest HTTP request body accepted (413 beyond)."""
+
+    max_header_bytes: int = Field(default=64 * 1024, gt=0)
+    """Largest HTTP request line and headers together (431 beyond, at once)."""
+
+    allowed_origins: str = ""
+    """Comma-separated origins (`https://app.example.com`) whose browser pages may open
+    WebSockets; empty: any. A tenant's `allowed_origins` setting replaces it for the tenant's
+    sockets. A socket without an `Origin` header (not a browser) is always allowed."""
 
     ws_compression: bool = False
     """Offer permessage-deflate. Off by default: it costs about 38 KiB of compressor state per

@@ -17,6 +17,7 @@ def main() -> None:
         format=f"%(asctime)s {settings.gateway_id} %(levelname)s %(name)s: %(message)s",
     )
     from durachat_gateway.app import build_app
+    from durachat_gateway.edges import bounded_http_protocol
     from durachat_infra.runtime import settle_heap
     from durachat_infra.telemetry import configure_telemetry
 
@@ -41,6 +42,9 @@ def main() -> None:
             log_level="warning",
             access_log=False,
             ws_per_message_deflate=settings.ws_compression,
+            # Oversized request heads are answered 431 at once (docs/security.md#bad-input).
+            http=bounded_http_protocol(settings.max_header_bytes),
+            h11_max_incomplete_event_size=settings.max_header_bytes,
             timeout_graceful_shutdown=5,
         )
     finally:

@@ -153,6 +153,19 @@ _ERRORS: Final[dict[int | str, dict[str, Any]]] = {
 }
 
 
+def _check_settings(settings: dict[str, Any] | None) -> JSONResponse | None:
+    """422 for a tenant setting the gateway reads and cannot use: `allowed_origins` is a list
+    of origins (docs/security.md#origins), or null to remove it."""
+    origins = (settings or {}).get("allowed_origins")
+    if origins is None:
+        return None
+    if not isinstance(origins, list) or not all(
+        isinstance(o, str) and o.strip() and len(o) <= 2048 for o in origins
+    ):
+        return _error(422, "invalid_settings", "`allowed_origins` is a list of origins, or null")
+    return None
+
+
 def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"code": code, "message": message}, status)
 
@@ -204,6 +217,10 @@ def admin_router(runtime: Callable[[], AdminRuntime]) -> APIRouter:
         summary="Create a tenant (its API key is shown once)",
     )
     async def create(body: TenantIn) -> Response:
+        refused = _check_settings(body.settings)
+        if refused is not None:
+            return refused
+
         async def run() -> Response:
             quotas = {} if body.quotas is None else body.quotas.model_dump(exclude_none=True)
             record, key = await runtime().admin.create(
@@ -262,6 +279,10 @@ def admin_router(runtime: Callable[[], AdminRuntime]) -> APIRouter:
         summary="Change a tenant's quotas, settings or name",
     )
     async def update(body: TenantPatch, tenant: str = tenant_id) -> Response:
+        refused = _check_settings(body.settings)
+        if refused is not None:
+            return refused
+
         async def run() -> Response:
             quotas = None if body.quotas is None else body.quotas.model_dump(exclude_unset=True)
             record = await runtime().admin.update(

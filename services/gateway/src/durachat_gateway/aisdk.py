@@ -32,11 +32,13 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.websockets import WebSocket
 
+from durachat import limits
 from durachat.protocol import MessageType
 from durachat_gateway.auth.principal import principal_of
 from durachat_gateway.branch_frames import resolve_branch
 from durachat_gateway.channels import Channel, Channels
-from durachat_gateway.connection import ClientConnection
+from durachat_gateway.connection import DEFAULT_BUFFER_BYTES, ClientConnection
+from durachat_gateway.edges import name_problem
 from durachat_gateway.forwarder import Forwarder, ForwardError
 from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body
 from durachat_infra.keys import conversation_tag
@@ -82,31 +84,52 @@ class StreamConnection(ClientConnection):
     """An HTTP request as a connection of the conversation's channel: the frames meant for it
     are queued for the response instead of written to a socket."""
 
-    def __init__(self, *, limit: int) -> None:
+    def __init__(self, *, limit: int, limit_bytes: int = DEFAULT_BUFFER_BYTES) -> None:
         # No socket: `send` is the only way out, and it never touches one.
-        super().__init__(cast(WebSocket, None), f"http-{uuid.uuid4().hex}", limit=limit)
+        super().__init__(
+            cast(WebSocket, None), f"http-{uuid.uuid4().hex}", limit=limit, limit_bytes=limit_bytes
+        )
         self.frames: asyncio.Queue[str | None] = asyncio.Queue()
-        self._limit = limit
+        self._frame_limit = limit
+        self._byte_limit = limit_bytes
+        self._pending_bytes = 0
 
     def send(self, text: str) -> None:
-        """Queue a frame for the response (ends it if it falls `limit` frames behind)."""
+        """Queue a frame for the response (ends it if it falls `limit` frames or `limit_bytes`
+        behind)."""
         if self.closed:
             return
-        if self.frames.qsize() >= self._limit:
+        size = len(text)
+        if self.frames.qsize() and (
+            self.frames.qsize() >= self._frame_limit
+            or self._pending_bytes + size > self._byte_limit
+        ):
             log.warning("HTTP stream %s is too slow; ending it", self.id)
             self.closed = True
+            while not self.frames.empty():
+                self.frames.get_nowait()
+            self._pending_bytes = 0
             self.frames.put_nowait(None)
             return
+        self._pending_bytes += size
         self.frames.put_nowait(text)
 
     async def next_frame(self, timeout: float | None = None) -> dict[str, Any] | None:
         """The next frame, None once the connection was ended (TimeoutError after
         `timeout`)."""
         text = await asyncio.wait_for(self.frames.get(), timeout)
-        return None if text is None else cast(dict[str, Any], json.loads(text))
+        if text is None:
+            return None
+        self._pending_bytes = max(0, self._pending_bytes - len(text))
+        return cast(dict[str, Any], json.loads(text))
 
 
-def aisdk_router(runtime: Callable[[], AiSdkRuntime], *, send_queue_limit: int) -> APIRouter:
+def aisdk_router(
+    runtime: Callable[[], AiSdkRuntime],
+    *,
+    send_queue_limit: int,
+    send_buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+) -> APIRouter:
     """The AI SDK routes, for conversations of the tenant each request's credential acts for
     (a token only for the conversations it covers, with the scope the route needs). A response
     that falls `send_queue_limit` frames behind is ended (the client resumes)."""
@@ -115,6 +138,9 @@ def aisdk_router(runtime: Callable[[], AiSdkRuntime], *, send_queue_limit: int) 
     def admit(request: Request, agent: str, name: str, scope: str) -> ConversationKey | Response:
         """The conversation a request may use, or its refusal (docs/security.md)."""
         principal = principal_of(request)
+        problem = name_problem(name)
+        if problem is not None:
+            return _error(400, "invalid_name", problem)
         if principal.tenant is None:
             return _error(403, "tenant_credential_required", "the admin key acts for no tenant")
         if not principal.covers(agent, name):
@@ -164,7 +190,7 @@ def aisdk_router(runtime: Callable[[], AiSdkRuntime], *, send_queue_limit: int) 
                 return _error(503, "database_unavailable", "the transcript store is unavailable")
         if viewed is None:
             return _error(404, "unknown_branch", f"the conversation has no branch {branch!r}")
-        conn = StreamConnection(limit=send_queue_limit)
+        conn = StreamConnection(limit=send_queue_limit, limit_bytes=send_buffer_bytes)
         conn.branch = viewed
         tag = conversation_tag(key.tenant, key.agent, key.name)
         channel = await r.channels.join(tag, conn)
@@ -201,7 +227,9 @@ def aisdk_router(runtime: Callable[[], AiSdkRuntime], *, send_queue_limit: int) 
     @router.post("/v1/agents/{agent}/chat", summary="Chat, as the AI SDK's DefaultChatTransport")
     async def chat(agent: str, request: Request, branch: str | None = Query(None)) -> Response:
         try:
-            body = await request.json()
+            body = limits.loads(await request.body())
+        except limits.JSONLimitError as exc:
+            return _error(400, "too_deep" if exc.kind == "depth" else "body_too_large", str(exc))
         except ValueError:
             return _error(400, "invalid_json", "the body is not JSON")
         if not isinstance(body, dict):

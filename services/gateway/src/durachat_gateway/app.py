@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import uuid
@@ -18,9 +19,12 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.websockets import WebSocketDisconnect
 
+from durachat import limits
 from durachat.protocol import MessageType
+from durachat.protocol.schema import InvalidInputError, check_client_frame
 from durachat.protocol.server_frames import (
     identity_frame,
+    invalid_request_frames,
     mcp_servers_frame,
     rejected_request_frame,
 )
@@ -39,9 +43,11 @@ from durachat_gateway.branches_api import (
     branch_router,
 )
 from durachat_gateway.channels import Channel, Channels
-from durachat_gateway.connection import ClientConnection
+from durachat_gateway.connection import ClientConnection, ForwardQueueFullError
+from durachat_gateway.edges import EdgeChecks, origin_allowed, parse_origins
 from durachat_gateway.forwarder import Forwarder, ForwardError
 from durachat_gateway.http_errors import install_error_handlers
+from durachat_gateway.mistakes import client_mistake
 from durachat_gateway.playground import mount_playground
 from durachat_gateway.readiness import readiness_router
 from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body, refused_turn
@@ -108,7 +114,12 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         cluster = ClusterKeys(settings.key_prefix)
         view = ClusterView(redis, cluster, refresh=settings.heartbeat_interval)
         await view.start()
-        reader = LogReader(redis, blocking, cluster.gateway_wake(settings.gateway_id))
+        reader = LogReader(
+            redis,
+            blocking,
+            cluster.gateway_wake(settings.gateway_id),
+            read_bytes=settings.log_read_bytes,
+        )
         await reader.start()
         runtime = Runtime(
             settings=settings,
@@ -163,8 +174,11 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         open_tenant=settings.tenant,
         required=bool(settings.admin_key),
     )
+    # Outside authentication: a bad name or an oversized body is refused before anything else.
+    app.add_middleware(EdgeChecks, max_body_bytes=settings.max_body_bytes)
     add_docs(app)
     install_error_handlers(app)
+    default_origins = parse_origins(settings.allowed_origins)
 
     async def branch_guard(
         request: Request, key: ConversationKey, op: dict[str, Any]
@@ -183,7 +197,13 @@ def build_app(settings: GatewaySettings) -> FastAPI:
     app.include_router(admin_router(tenancy))
     app.include_router(tenant_router(tenancy, max_ttl=settings.token_max_ttl))
     # The AI SDK's HTTP chat transport (useChat).
-    app.include_router(aisdk_router(rt, send_queue_limit=settings.send_queue_limit))
+    app.include_router(
+        aisdk_router(
+            rt,
+            send_queue_limit=settings.send_queue_limit,
+            send_buffer_bytes=settings.send_buffer_bytes,
+        )
+    )
     mount_playground(app)
 
     @app.get("/healthz")
@@ -270,6 +290,24 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             return
         principal = principal_of(websocket)
         key = ConversationKey(tenant_of(websocket), agent, name)
+        origin = websocket.headers.get("origin")
+        if origin is not None:
+            allowed = default_origins
+            if r.tenancy is not None:
+                record = r.tenancy.directory.tenant(key.tenant)
+                own = None if record is None else record.settings.get("allowed_origins")
+                if own is not None:
+                    allowed = parse_origins(own)
+            if not origin_allowed(origin, allowed):
+                client_mistake("origin_not_allowed", origin)
+                await _deny_with(
+                    websocket,
+                    JSONResponse(
+                        {"code": "origin_not_allowed", "message": f"origin {origin!r} refused"},
+                        403,
+                    ),
+                )
+                return
         place: str | None = None
         if r.tenancy is not None:
             try:
@@ -294,8 +332,17 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             if r.tenancy is not None and place is not None:
                 await r.tenancy.gate.close_connection(key.tenant, place)
             raise
-        connection_id = websocket.query_params.get("_pk") or uuid.uuid4().hex
-        conn = ClientConnection(websocket, connection_id, limit=settings.send_queue_limit)
+        # Server state is keyed by an id the server makes, never by the client's `_pk`: a
+        # second socket sending another client's `_pk` gets none of that client's frames
+        # (docs/protocol.md#connection).
+        conn = ClientConnection(
+            websocket,
+            uuid.uuid4().hex,
+            limit=settings.send_queue_limit,
+            limit_bytes=settings.send_buffer_bytes,
+            forward_bytes=settings.forward_queue_bytes,
+        )
+        conn.client_id = websocket.query_params.get("_pk") or conn.id
         conn.start()
         if r.tenancy is not None:
             r.tenancy.sockets[conn] = principal
@@ -381,21 +428,38 @@ async def _serve(
             return
         text = message.get("text")
         if text is None:
-            conn.send_error("binary_frame", "frames must be JSON text")
+            _refuse(conn, None, "binary_frame", "frames must be JSON text")
             continue
         # Measured in characters first: only a frame that might be too large is encoded.
         if len(text) * 4 > limit and len(text.encode()) > limit:
-            conn.send_error("frame_too_large", f"frames are limited to {limit} bytes")
+            _refuse(conn, None, "frame_too_large", f"frames are limited to {limit} bytes")
             continue
         try:
-            frame = json.loads(text)
+            # Bounded before it is parsed (docs/security.md#bad-input).
+            frame = limits.loads(text, max_bytes=max(limit, limits.MAX_JSON_BYTES))
+        except limits.JSONLimitError as exc:
+            _refuse(conn, None, "too_deep", f"the frame's {exc}")
+            continue
         except json.JSONDecodeError as exc:
-            conn.send_error("invalid_json", f"frame is not valid JSON: {exc.msg}")
+            _refuse(conn, None, "invalid_json", f"frame is not valid JSON: {exc.msg}")
             continue
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
-            conn.send_error("invalid_frame", "a frame is a JSON object with a string `type`")
+            _refuse(conn, None, "invalid_frame", "a frame is a JSON object with a string `type`")
+            continue
+        try:
+            check_client_frame(frame)
+        except InvalidInputError as exc:
+            _refuse(conn, frame, exc.code, exc.message)
             continue
         kind: str = frame["type"]
+        if kind in FORWARDED or kind in BRANCH_FRAMES or conn.forwarding:
+            try:
+                # Back-pressure: while this connection's frames wait for their shard, its
+                # socket is not read (docs/operations.md#buffers).
+                await conn.forward_room(len(text), r.settings.forward_timeout)
+            except ForwardQueueFullError:
+                _refuse(conn, frame, "overloaded", "too many frames are waiting; retry later")
+                continue
         FRAMES_IN.labels(kind if kind.startswith("cf_agent_") else "other").inc()
         if tenancy is not None and not await tenancy.permit(conn, principal, key, frame):
             continue
@@ -403,16 +467,29 @@ async def _serve(
             if conn.forwarding:
                 # Answer after the frames sent before it have reached the shard, so a probe
                 # right after a request sees that request.
-                conn.forward(lambda frame=frame: _resume(channel, conn, frame, catch_up=True))  # type: ignore[misc]
+                resume = functools.partial(_resume, channel, conn, frame, catch_up=True)
+                conn.forward(resume, len(text))
             else:
                 await _resume(channel, conn, frame)
         elif kind in BRANCH_FRAMES:
             # In order with the frames forwarded before it (a switch right after a request).
-            conn.forward(lambda frame=frame: branch_frame(r, channel, conn, key, frame))  # type: ignore[misc]
+            conn.forward(functools.partial(branch_frame, r, channel, conn, key, frame), len(text))
         elif kind in FORWARDED:
             _forward(r, conn, key, tag, frame, size=len(text))
         else:
             conn.send_error("unknown_frame", f"frame type {kind!r} is not supported")
+
+
+def _refuse(conn: ClientConnection, frame: dict[str, Any] | None, code: str, message: str) -> None:
+    """Answer a frame the gateway refuses: a chat request with an id also gets its error
+    frame and its terminal frame, so its client settles (docs/protocol.md#errors)."""
+    client_mistake(code, message)
+    if frame is not None and frame.get("type") == MessageType.USE_CHAT_REQUEST.value:
+        request_id = frame.get("id")
+        if isinstance(request_id, str) and request_id:
+            for answer in invalid_request_frames(request_id, message):
+                conn.send_json(answer)
+    conn.send_error(code, message)
 
 
 async def _resume(
@@ -484,4 +561,4 @@ def _forward(
                 )
             conn.send_error(exc.code, exc.message)
 
-    conn.forward(deliver)
+    conn.forward(deliver, size)

@@ -215,6 +215,8 @@ class Channel:
                 continue
             if entry.kind is Kind.CHUNK:
                 conn.send_entry(entry, replay=True)
+                if conn.filling:
+                    await conn.room()
             elif entry.kind is Kind.TERMINAL:
                 ended = True
         conn.send_json(
@@ -238,6 +240,9 @@ class Channel:
         for entry in entries:
             if entry.kind is not Kind.CONTROL and _visible(entry, conn):
                 self._send(conn, entry)
+                if conn.filling:
+                    # Paced by the client (docs/operations.md#buffers).
+                    await conn.room()
         self._go_live(conn, None, last)
         return True
 
@@ -248,6 +253,8 @@ class Channel:
         for entry in entries:
             if entry.request == request_id and entry.kind is Kind.CHUNK and _visible(entry, conn):
                 conn.send_entry(entry, replay=True)
+                if conn.filling:
+                    await conn.room()
         conn.send_json(gave_up_frame(request_id, text))
         self._go_live(conn, request_id, last)
 

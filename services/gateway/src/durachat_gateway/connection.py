@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import Counter
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -20,23 +21,54 @@ log = logging.getLogger(__name__)
 FRAME_ERRORS = Counter("durachat_gateway_frame_errors_total", "Client frames rejected", ["code"])
 
 _draining: set[asyncio.Task[None]] = set()
-"""Forwarders of closed connections still delivering their last frames."""
+"""Forwarders of closed connections still delivering their last frames, and the closes of
+slow consumers still under way."""
 
 SLOW_CONSUMER_CLOSE = 1013
 """Close code for a client that can't keep up; it reconnects and resumes from the log."""
 
+DEFAULT_BUFFER_BYTES: Final = 16 * 1024 * 1024
+"""Bytes of frames queued for one client before it counts as too slow (the default of
+`DURACHAT_SEND_BUFFER_BYTES`)."""
+
+DEFAULT_FORWARD_BYTES: Final = 16 * 1024 * 1024
+"""Bytes of client frames waiting to reach their shard, per connection (the default of
+`DURACHAT_FORWARD_QUEUE_BYTES`)."""
+
+
+class ForwardQueueFullError(Exception):
+    """A connection's frames waiting for their shard passed the bound."""
+
 
 class ClientConnection:
-    """A connected client (`_pk` is its id), fed from a bounded queue by one writer task.
+    """A connected client, fed from a bounded queue by one writer task. `id` is made by the
+    server, unique to this socket (frames are targeted by it); `client_id` is the `_pk` the
+    client chose, for logs.
 
     A client that falls `limit` frames behind is disconnected rather than buffered without
     bound; its reconnect resumes from the event log, so it loses nothing.
     """
 
-    def __init__(self, websocket: WebSocket, connection_id: str, *, limit: int) -> None:
+    def __init__(
+        self,
+        websocket: WebSocket,
+        connection_id: str,
+        *,
+        limit: int,
+        limit_bytes: int = DEFAULT_BUFFER_BYTES,
+        forward_bytes: int = DEFAULT_FORWARD_BYTES,
+    ) -> None:
         self.websocket = websocket
         self.id = connection_id
-        self._queue: asyncio.Queue[str | None] = asyncio.Queue(limit)
+        self.client_id = connection_id
+        self._limit = limit
+        self._limit_bytes = limit_bytes
+        self._queue: deque[str | None] = deque()
+        self._queued_bytes = 0
+        """Length of the queued frames and of the one being written (characters of JSON
+        text: bytes for ASCII)."""
+        self._ready = asyncio.Event()
+        self._drained = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self.closed = False
         self.pending_resume: str | None = None
@@ -55,9 +87,15 @@ class ClientConnection:
         self.cursors = False
         """Stamp every frame from the log with its entry id (`cursor`), for clients that
         resume from a cursor."""
-        self._outbox: asyncio.Queue[Callable[[], Awaitable[None]] | None] = asyncio.Queue()
+        self._outbox: asyncio.Queue[tuple[Callable[[], Awaitable[None]], int] | None] = (
+            asyncio.Queue()
+        )
         self._forwarder: asyncio.Task[None] | None = None
         self._in_flight = 0
+        self._forward_limit = forward_bytes
+        self._forward_bytes = 0
+        self._forward_room = asyncio.Event()
+        self._forward_room.set()
 
     def send_entry(self, entry: LogEntry, *, replay: bool = False) -> None:
         """Send the frame of a log entry (marked as replayed, and stamped with its cursor for a
@@ -69,45 +107,103 @@ class ClientConnection:
         """Start the writer."""
         self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer-{self.id}")
 
-    def forward(self, work: Callable[[], Awaitable[None]]) -> None:
-        """Queue work that delivers a client frame to its shard.
+    def forward(self, work: Callable[[], Awaitable[None]], size: int = 0) -> None:
+        """Queue work that delivers a client frame (of `size` bytes) to its shard.
 
         Forwards run one at a time, in arrival order, beside the receive loop: a frame stuck in
         retries (a shard failing over) does not hold up the frames the gateway answers itself,
-        such as the resume handshake.
+        such as the resume handshake. See `forward_room` for the bound on what waits.
         """
         self._in_flight += 1
-        self._outbox.put_nowait(work)
+        self._forward_bytes += size
+        if self._forward_bytes > self._forward_limit:
+            self._forward_room.clear()
+        self._outbox.put_nowait((work, size))
         if self._forwarder is None:
             self._forwarder = asyncio.create_task(self._forward_loop(), name=f"fwd-{self.id}")
 
+    async def forward_room(self, size: int, timeout: float) -> None:
+        """Wait until a frame of `size` bytes fits among those waiting for their shard
+        (back-pressure: the receive loop stops reading meanwhile); raises
+        `ForwardQueueFullError` after `timeout` seconds (docs/operations.md#buffers)."""
+        if self._forward_bytes == 0 or self._forward_bytes + size <= self._forward_limit:
+            return
+        self._forward_room.clear()
+        try:
+            await asyncio.wait_for(self._forward_room.wait(), timeout)
+        except TimeoutError:
+            raise ForwardQueueFullError from None
+
     async def _forward_loop(self) -> None:
         while True:
-            work = await self._outbox.get()
-            if work is None:
+            item = await self._outbox.get()
+            if item is None:
                 return
+            work, size = item
             try:
                 await work()
             except Exception:
                 log.exception("forwarding a frame of %s failed", self.id)
             finally:
                 self._in_flight -= 1
+                self._forward_bytes -= size
+                if self._forward_bytes <= self._forward_limit // 2 or self._in_flight == 0:
+                    self._forward_room.set()
 
     @property
     def forwarding(self) -> bool:
         """Whether frames of this connection are still on their way to a shard."""
         return self._in_flight > 0
 
+    @property
+    def filling(self) -> bool:
+        """Whether more than half the send buffer is taken (see `room`)."""
+        return self._queued_bytes > self._limit_bytes // 2
+
+    async def room(self) -> None:
+        """Wait until at most half the send buffer is taken (or the connection closed): a
+        replay paces itself by it, so a long one is not taken for a slow client."""
+        while self.filling and not self.closed:
+            self._drained.clear()
+            await self._drained.wait()
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Length of the frames queued for the client and not yet written to its socket."""
+        return self._queued_bytes
+
     def send(self, text: str) -> None:
-        """Queue a frame; never blocks."""
+        """Queue a frame; never blocks. A client whose queue would pass `limit` frames or
+        `limit_bytes` is disconnected with 1013 (a single frame larger than the bound still
+        goes to a client that is keeping up: its queue is empty)."""
         if self.closed:
             return
-        try:
-            self._queue.put_nowait(text)
-        except asyncio.QueueFull:
-            log.warning("client %s is too slow; disconnecting it", self.id)
-            self.closed = True
-            asyncio.get_running_loop().create_task(self._close(SLOW_CONSUMER_CLOSE))
+        size = len(text)
+        if self._queue and (
+            len(self._queue) >= self._limit or self._queued_bytes + size > self._limit_bytes
+        ):
+            self._too_slow()
+            return
+        self._queue.append(text)
+        self._queued_bytes += size
+        self._ready.set()
+
+    def _too_slow(self) -> None:
+        """Disconnect a client that fell too far behind: what is queued for it is dropped at
+        once (it resumes from the event log), and the close goes out ahead of it."""
+        log.warning(
+            "client %s is too slow (%d frames, %d bytes queued); disconnecting it",
+            self.client_id,
+            len(self._queue),
+            self._queued_bytes,
+        )
+        self.closed = True
+        self._queue.clear()
+        self._queued_bytes = 0
+        self._drained.set()
+        closing = asyncio.get_running_loop().create_task(self._close(SLOW_CONSUMER_CLOSE))
+        _draining.add(closing)
+        closing.add_done_callback(_draining.discard)
 
     def send_json(self, frame: Mapping[str, Any]) -> None:
         """Queue a frame given as an object (built by `durachat.protocol`)."""
@@ -128,27 +224,42 @@ class ClientConnection:
             _draining.add(self._forwarder)
             self._forwarder.add_done_callback(_draining.discard)
         if self._writer is not None:
-            try:
-                self._queue.put_nowait(None)
-            except asyncio.QueueFull:
-                self._writer.cancel()
+            self._queue.append(None)
+            self._ready.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._writer
 
     async def _close(self, code: int) -> None:
+        """Close with `code`. The writer is stopped first, so the close frame is the next
+        thing the socket sends: behind at most the frame being written, not the queue."""
         if self._writer is not None:
             self._writer.cancel()
-        with contextlib.suppress(RuntimeError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._writer
+        # Whatever the socket's state, closing it is the end: nothing to report.
+        with contextlib.suppress(Exception):
             await self.websocket.close(code)
 
     async def _write_loop(self) -> None:
         queue = self._queue
+        ready = self._ready
         send = self.websocket.send_text
         try:
             while True:
-                text = await queue.get()
+                while not queue:
+                    ready.clear()
+                    await ready.wait()
+                text = queue.popleft()
                 if text is None:
                     return
                 await send(text)
+                self._queued_bytes -= len(text)
+                if not self.filling:
+                    self._drained.set()
         except (WebSocketDisconnect, RuntimeError, OSError):
             self.closed = True
+        except Exception:
+            # A socket that went away mid-write (uvicorn's ClientDisconnected).
+            self.closed = True
+        finally:
+            self._drained.set()

@@ -89,6 +89,9 @@ class Forwarder:
                             continue
                     if response.status_code == 404:
                         raise ForwardError(code, str(body.get("message") or "unknown agent"))
+                    if response.status_code == 422:
+                        # The shard refused the call itself: retrying would not change that.
+                        raise ForwardError(code, str(body.get("message") or "invalid frame"))
                     last_error = f"shard {owner.id} answered {response.status_code} {code}"
             if time.monotonic() + delay > deadline:
                 raise ForwardError("unavailable", last_error)

@@ -31,6 +31,7 @@ from typing import Any, Final
 from prometheus_client import Counter, Gauge
 from redis.exceptions import RedisError
 
+from durachat import limits
 from durachat_gateway.auth.directory import AuthDirectory
 from durachat_infra.eventlog import Kind, LogEntry
 from durachat_infra.keys import ConversationKeys, conversation_tag
@@ -219,7 +220,8 @@ class QuotaGate:
         if not (sizes or count):
             return None
         try:
-            messages = json.loads(body).get("messages")
+            # Bounded: a body nested too deep is the shard's to refuse (`too_deep`).
+            messages = limits.loads(body).get("messages")
         except (ValueError, AttributeError):
             return None
         if not isinstance(messages, list):

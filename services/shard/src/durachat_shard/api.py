@@ -13,11 +13,12 @@ import logging
 import time
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from durachat import limits
 from durachat.protocol import MAIN_BRANCH, MessageType
 from durachat_infra.cluster import RECOVER_PATH, RequireClusterSignature
 from durachat_infra.eventlog import LogWriter
@@ -56,6 +57,10 @@ class FrameIn(BaseModel):
     """When the gateway gives up on the frame (seconds since the epoch): a frame that reaches
     its conversation later is not run, since the client was told it failed."""
 
+
+MAX_CALL_BYTES = 2 * limits.MAX_JSON_BYTES
+"""Largest forwarded call: a frame within the gateway's bounds, with what the gateway wraps it
+in (a chat request's body is a JSON string inside the frame, so its quotes are escaped)."""
 
 HANDLE_WAIT = 5.0
 """Seconds the internal API waits for a frame to be handled before it answers anyway."""
@@ -113,7 +118,16 @@ def build_api(
         app.add_middleware(RequireClusterSignature, secret=cluster_secret, open_paths=OPEN_PATHS)
 
     @app.post("/internal/v1/frames")
-    async def frames(item: FrameIn) -> JSONResponse:
+    async def frames(request: Request) -> JSONResponse:
+        # Bounded before it is parsed, as the gateway parses the client's frame
+        # (docs/security.md#bad-input): the frame sits one level below the call.
+        raw = await request.body()
+        try:
+            limits.check_text(raw, max_depth=limits.MAX_JSON_DEPTH + 1, max_bytes=MAX_CALL_BYTES)
+            item = FrameIn.model_validate_json(raw)
+        except (limits.JSONLimitError, ValidationError) as exc:
+            log.warning("refused a forwarded frame: %s", str(exc).splitlines()[0])
+            return JSONResponse({"code": "invalid_call", "message": str(exc)}, status_code=422)
         key = ConversationKey(item.tenant, item.agent, item.name)
         try:
             actor = await conversations.get(key, item.branch)

@@ -9,6 +9,7 @@ from typing import Any
 
 from durachat import limits
 from durachat.messages import auto_transform_messages
+from durachat.protocol.schema import InvalidInputError, check_messages
 from durachat.tools import Tool
 from durachat.types import JSONDict, UIMessage
 
@@ -74,6 +75,25 @@ def _check_messages(messages: list[Any]) -> None:
             raise _limit_error(exc, "a message's") from exc
 
 
+def _decode_messages(raw: list[Any], *, allow_empty: bool) -> list[UIMessage]:
+    """A client's messages, checked against the `UIMessage` shape once, as they arrive
+    (docs/security.md#bad-input): messages in the current shape as sent (a part that is not
+    an object is refused, not dropped), messages in the AI SDK v4 shape once converted."""
+    _check_messages(raw)
+    messages = auto_transform_messages(raw)
+    if len(messages) != len(raw):
+        raise FrameError("invalid_messages", "every message needs an id, a role and parts")
+    sent = [
+        original if isinstance(original, dict) and isinstance(original.get("parts"), list) else m
+        for original, m in zip(raw, messages, strict=True)
+    ]
+    try:
+        check_messages(sent, allow_empty=allow_empty)
+    except InvalidInputError as exc:
+        raise FrameError(exc.code, exc.message) from None
+    return messages
+
+
 def parse_chat_request(frame: JSONDict) -> ChatRequest:
     """Decode a chat request frame; raises `FrameError` on anything malformed."""
     request_id = frame.get("id")
@@ -96,10 +116,7 @@ def parse_chat_request(frame: JSONDict) -> ChatRequest:
     raw_messages = body.pop("messages", None)
     if not isinstance(raw_messages, list):
         raise FrameError("invalid_messages", "the request body needs a `messages` array")
-    _check_messages(raw_messages)
-    messages = auto_transform_messages(raw_messages)
-    if len(messages) != len(raw_messages):
-        raise FrameError("invalid_messages", "every message needs an id, a role and parts")
+    messages = _decode_messages(raw_messages, allow_empty=False)
     trigger = body.pop("trigger", None)
     trigger = "regenerate-message" if trigger == "regenerate-message" else "submit-message"
     client_tools = body.pop("clientTools", None)
@@ -119,11 +136,7 @@ def parse_messages(frame: JSONDict) -> list[UIMessage]:
     raw = frame.get("messages")
     if not isinstance(raw, list):
         raise FrameError("invalid_messages", "`messages` must be an array")
-    _check_messages(raw)
-    messages = auto_transform_messages(raw)
-    if len(messages) != len(raw):
-        raise FrameError("invalid_messages", "every message needs an id, a role and parts")
-    return messages
+    return _decode_messages(raw, allow_empty=True)
 
 
 def client_tool_names(agent_tools: Iterable[Tool], schemas: list[JSONDict] | None) -> set[str]:

@@ -68,6 +68,7 @@ async def serve(settings: ShardSettings) -> None:
         redis,
         owner=settings.shard_id,
         maxlen=settings.log_maxlen,
+        max_bytes=settings.log_max_bytes,
         on_fenced=lambda keys: fenced[0].on_log_fenced(keys) if fenced else None,
         reclaim=lambda keys: fenced[0].reclaim(keys) if fenced else _false(),
     )

@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 
 from durachat_infra.eventlog.entries import branch_tag
 from durachat_infra.eventlog.reader import LogReads
-from durachat_infra.eventlog.scripts import CLOSE_ABANDONED
+from durachat_infra.eventlog.scripts import CLOSE_ABANDONED, RECOUNT_BYTES
 from durachat_infra.eventlog.state import StreamState, state_fields, state_prefix
 from durachat_infra.keys import ConversationKeys
 
@@ -24,6 +24,7 @@ class LogMaintenance(LogReads):
         super().__init__(redis)
         self._prefix = prefix
         self._close = redis.register_script(CLOSE_ABANDONED)
+        self._recount = redis.register_script(RECOUNT_BYTES)
 
     async def logs(self) -> AsyncIterator[ConversationKeys]:
         """The keys of every conversation that has a log (a `SCAN` over the stream keys)."""
@@ -34,7 +35,11 @@ class LogMaintenance(LogReads):
 
     async def trim(self, keys: ConversationKeys, min_id: str) -> int:
         """Delete the entries older than `min_id` (exactly, not `~`); returns how many."""
-        return int(await self._redis.xtrim(keys.log, minid=min_id, approximate=False))
+        removed = int(await self._redis.xtrim(keys.log, minid=min_id, approximate=False))
+        if removed:
+            # The log's byte count (which bounds it, see the append script) follows.
+            await self._recount(keys=[keys.log, keys.log_bytes])
+        return removed
 
     async def close_abandoned(
         self, keys: ConversationKeys, *, branch: str, request: str, frame: str, cutoff_ms: int

@@ -93,7 +93,14 @@ class MemoryEventLog:
         """The keys of every conversation that has a log."""
         return list(self._streams)
 
-    def add(self, keys: ConversationKeys, item: _Pending, *, maxlen: int | None = None) -> LogEntry:
+    def add(
+        self,
+        keys: ConversationKeys,
+        item: _Pending,
+        *,
+        maxlen: int | None = None,
+        max_bytes: int = 0,
+    ) -> LogEntry:
         """Add an entry (and apply its state change), as the append script does."""
         stream = self._streams.setdefault(keys, _Stream())
         ms = int(time.time() * 1000)
@@ -111,6 +118,13 @@ class MemoryEventLog:
         stream.entries.append(entry)
         if maxlen is not None and len(stream.entries) > maxlen:
             del stream.entries[: len(stream.entries) - maxlen]
+        if max_bytes:
+            size = sum(_entry_bytes(e) for e in stream.entries)
+            drop = 0
+            while size > max_bytes and drop < len(stream.entries) - 1:
+                size -= _entry_bytes(stream.entries[drop])
+                drop += 1
+            del stream.entries[:drop]
         if item.state:
             change: dict[str, str] = json.loads(item.state)
             self._states.setdefault(keys, {}).update(
@@ -143,6 +157,15 @@ class MemoryEventLog:
         self._listeners.discard(listener)
 
 
+def _entry_bytes(entry: LogEntry) -> int:
+    """The bytes an entry counts for in the log's bound: its values, as the append script
+    counts them."""
+    return sum(
+        len(value)
+        for value in (entry.kind.value, entry.frame, entry.target, entry.request, entry.state)
+    ) + len(entry.branch)
+
+
 class MemoryLogWriter:
     """Appends entries on behalf of a conversation owner (`LogWriterPort` in memory)."""
 
@@ -152,12 +175,14 @@ class MemoryLogWriter:
         *,
         owner: str = "",
         maxlen: int = 10_000,
+        max_bytes: int = 0,
         on_fenced: Callable[[ConversationKeys], None] | None = None,
         reclaim: Callable[[ConversationKeys], Awaitable[bool]] | None = None,
     ) -> None:
         self._log = log
         self._owner = owner
         self._maxlen = maxlen
+        self._max_bytes = max_bytes
         self._on_fenced = on_fenced
         self._reclaim = reclaim
         self._writing: dict[ConversationKeys, list[_Pending]] = {}
@@ -244,7 +269,7 @@ class MemoryLogWriter:
                 self._on_fenced(keys)
             return
         for item in items:
-            entry = self._log.add(keys, item, maxlen=self._maxlen)
+            entry = self._log.add(keys, item, maxlen=self._maxlen, max_bytes=self._max_bytes)
             if item.done is not None and not item.done.done():
                 item.done.set_result(entry.id)
         self._log.notify(keys)

@@ -45,7 +45,8 @@ class LogWriterPort(Protocol):
     refused batch). A writer without an owner does not check the lease. A state change given
     with an entry is stored in the entry and applied to the stream state, with the value `$id`
     standing for the new entry's id. The log keeps about its newest `maxlen` entries (at least
-    that many).
+    that many), and, with `max_bytes`, drops its oldest entries while their values hold more
+    than that many bytes (the newest entry is always kept).
 
     A writer given a `reclaim` callback asks it first, when a batch is refused: if it took the
     lease back (it returns True), the batch is written again ahead of the entries queued since.

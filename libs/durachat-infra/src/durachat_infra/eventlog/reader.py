@@ -92,6 +92,12 @@ class LogReads:
         return str(rows[0][0]) if rows else "0-0"
 
 
+MAX_READ_COUNT = 8
+"""Most entries of one log a gateway reads at once. Plenty for a live stream (a read comes
+every millisecond or so while entries arrive, and each read covers every followed log), and
+it bounds what one read brings when large entries follow small ones: 8 entries."""
+
+
 class LogReader(LogReads):
     """Follows the event logs of every conversation a gateway's clients watch.
 
@@ -108,8 +114,16 @@ class LogReader(LogReads):
         *,
         block_ms: int = 5000,
         coalesce: float = 0.001,
+        read_bytes: int = 4 * 1024 * 1024,
     ):
+        """`read_bytes`: about how many bytes of entries one read may bring (the count asked
+        for follows the size of the entries read last), so a burst of large entries is not
+        pulled into memory all at once."""
         super().__init__(redis)
+        self._read_bytes = read_bytes
+        self._count = MAX_READ_COUNT
+        self._largest = 0.0
+        """The largest entry read lately (halved at each read of smaller ones)."""
         self._blocking = blocking
         self._wake_key = wake_key
         self._block_ms = block_ms
@@ -142,6 +156,20 @@ class LogReader(LogReads):
         """Stop delivering entries of `keys.log`."""
         self._follows.pop(keys.log, None)
 
+    def _next_count(self, result: Any) -> int:
+        """How many entries per log the next read asks for: as many of the largest size read
+        lately as fit in `read_bytes` (XREAD's count applies to each log)."""
+        sizes = [
+            sum(len(value) for value in fields.values())
+            for key, found in result or []
+            if key != self._wake_key
+            for _, fields in found
+        ]
+        if not sizes:
+            return self._count
+        self._largest = max(float(max(sizes)), self._largest / 2)
+        return max(1, min(MAX_READ_COUNT, int(self._read_bytes / max(self._largest, 1.0))))
+
     def _wake(self) -> None:
         async def wake() -> None:
             try:
@@ -158,13 +186,19 @@ class LogReader(LogReads):
             for key, (after, _) in self._follows.items():
                 streams[key] = after
             try:
-                result = await self._blocking.xread(streams, block=self._block_ms, count=1000)
+                result = await self._blocking.xread(
+                    streams, block=self._block_ms, count=self._count
+                )
             except RedisError as exc:
                 log.warning("event log read failed, retrying: %s", exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
             delay = 0.05
+            asked = self._count
+            self._count = self._next_count(result)
+            # A log that filled the count has more waiting: read again at once.
+            behind = any(len(rows) >= asked for key, rows in result or [] if key != self._wake_key)
             for key, rows in result or []:
                 if not rows:
                     continue
@@ -183,7 +217,7 @@ class LogReader(LogReads):
                         self.observer(key, entries)
                 except Exception:
                     log.exception("event log handler failed for %s", key)
-            if result and self._coalesce:
+            if result and self._coalesce and not behind:
                 # Under load every read would return a few entries of a few logs, and each read
                 # names every followed log. Waiting a moment lets entries gather, so one read
                 # carries many; an idle log still wakes the read at once.

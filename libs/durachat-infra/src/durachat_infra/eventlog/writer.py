@@ -71,12 +71,14 @@ class LogWriter:
         *,
         owner: str = "",
         maxlen: int = 10_000,
+        max_bytes: int = 0,
         on_fenced: Callable[[ConversationKeys], None] | None = None,
         reclaim: Callable[[ConversationKeys], Awaitable[bool]] | None = None,
     ) -> None:
         self._redis = redis
         self._owner = owner
         self._maxlen = str(maxlen)
+        self._max_bytes = str(max_bytes)
         self._queue: dict[ConversationKeys, list[_Append]] = {}
         self._flusher: asyncio.Task[None] | None = None
         self._script = redis.register_script(APPEND)
@@ -210,7 +212,7 @@ class LogWriter:
         # one more round trip per batch.
         pipe = self._redis.pipeline(transaction=False)
         for keys, items in batch.items():
-            args: list[str] = [self._owner, self._maxlen, _token(items)]
+            args: list[str] = [self._owner, self._maxlen, _token(items), self._max_bytes]
             for item in items:
                 args += [
                     item.kind.value,
@@ -221,7 +223,14 @@ class LogWriter:
                     item.branch,
                 ]
             pipe.evalsha(
-                self._script.sha, 4, keys.log, keys.state, keys.lease, keys.appended, *args
+                self._script.sha,
+                5,
+                keys.log,
+                keys.state,
+                keys.lease,
+                keys.appended,
+                keys.log_bytes,
+                *args,
             )
         results: list[object] = await pipe.execute(raise_on_error=False)
         if any(isinstance(r, NoScriptError) for r in results):

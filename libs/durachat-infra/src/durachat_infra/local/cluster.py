@@ -12,7 +12,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from durachat_infra.local.redis_server import RedisServer, free_port
+from durachat_infra.local.redis_server import DEFAULT_MAXMEMORY, RedisServer, free_port
 
 
 @dataclass
@@ -60,7 +60,10 @@ class LocalCluster:
         """Start everything and wait until every gateway answers and every shard registered."""
         self.var_dir.mkdir(parents=True, exist_ok=True)
         if self.redis_url is None:
-            self.redis = RedisServer(self.var_dir / "redis")
+            maxmemory = self.env.get("DURACHAT_REDIS_MAXMEMORY") or os.environ.get(
+                "DURACHAT_REDIS_MAXMEMORY", DEFAULT_MAXMEMORY
+            )
+            self.redis = RedisServer(self.var_dir / "redis", maxmemory=maxmemory)
             self.redis.start()
             self.redis_url = self.redis.url
         if self.database_url is None:

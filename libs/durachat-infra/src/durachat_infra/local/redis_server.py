@@ -33,13 +33,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+DEFAULT_MAXMEMORY = "1gb"
+"""The embedded server's memory bound (`DURACHAT_REDIS_MAXMEMORY` for `make run`)."""
+
+
 class RedisServer:
     """A private Redis server process on 127.0.0.1, for local runs and tests."""
 
-    def __init__(self, data_dir: Path, port: int | None = None, *, persist: bool = True) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        *,
+        persist: bool = True,
+        maxmemory: str = DEFAULT_MAXMEMORY,
+    ) -> None:
+        """`maxmemory`: Redis's memory bound (`1gb`, `0` for none). Past it, writes fail with
+        an OOM error instead of evicting keys (`noeviction`): leases, epochs and logs must
+        never silently disappear (docs/operations.md#redis-memory)."""
         self.data_dir = data_dir
         self.port = port or free_port()
         self.persist = persist
+        self.maxmemory = maxmemory
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -68,6 +83,10 @@ class RedisServer:
             "no",
             "--loglevel",
             "warning",
+            "--maxmemory",
+            self.maxmemory,
+            "--maxmemory-policy",
+            "noeviction",
         ]
         log = open(self.data_dir / "redis.log", "ab")  # noqa: SIM115 - owned by the child
         self.process = subprocess.Popen(args, stdout=log, stderr=log, start_new_session=True)

@@ -148,6 +148,16 @@ def rejected_request_frame(request_id: str, reason: str) -> RejectedRequestFrame
     }
 
 
+def invalid_request_frames(request_id: str, reason: str) -> list[ChatResponseFrame]:
+    """What a chat request refused as invalid gets, as the reference answers a failed turn:
+    its error frame (`reason` as the body), then its terminal frame with `outcome: "error"`
+    (a `durachat_error` naming the problem follows them)."""
+    return [
+        reply_error_frame(request_id, reason, message_ids=None, continuation=False),
+        done_frame(request_id, outcome="error"),
+    ]
+
+
 class StreamResumingFrame(TypedDict):
     """`cf_agent_stream_resuming`: a stream can be resumed; the client ACKs it to get it."""
 

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from durachat.observability import EventType
 from durachat.protocol import MAIN_BRANCH, MessageType, chat_messages_frame
-from durachat.protocol.server_frames import error_frame, rejected_request_frame
+from durachat.protocol.server_frames import error_frame, invalid_request_frames
 from durachat.types import JSONDict, UIMessage
 from durachat_infra.eventlog import only
 from durachat_infra.store import FencedTransaction, Store
@@ -78,9 +78,11 @@ class Admission:
             init = frame.get("init")
             if isinstance(init, dict) and init.get("method", "POST") != "POST":
                 return
-            await self._accept(connection_id, parse_chat_request(frame), frame)
+            request = parse_chat_request(frame)
+            request.messages = self._known_system(request.messages)
+            await self._accept(connection_id, request, frame)
         elif kind == MessageType.CHAT_MESSAGES.value:
-            await self._sync_transcript(connection_id, parse_messages(frame))
+            await self._sync_transcript(connection_id, self._known_system(parse_messages(frame)))
         elif kind == MessageType.CHAT_CLEAR.value:
             await self._clear(connection_id)
         elif kind == MessageType.TOOL_RESULT.value:
@@ -92,13 +94,34 @@ class Admission:
         else:
             raise FrameError("unsupported_frame", f"frame type {kind!r} is not supported")
 
+    def _known_system(self, messages: list[UIMessage]) -> list[UIMessage]:
+        """A client's messages with each system message replaced by the stored one of the same
+        id; a system message the server did not store is refused (docs/security.md#bad-input):
+        system messages carry the agent's instructions, not the user's."""
+        if not any(m.get("role") == "system" for m in messages):
+            return messages
+        stored = {
+            m.get("id"): m for m in self._ctx.transcript.messages if m.get("role") == "system"
+        }
+        checked: list[UIMessage] = []
+        for message in messages:
+            if message.get("role") != "system":
+                checked.append(message)
+                continue
+            known = stored.get(message.get("id"))
+            if known is None:
+                raise FrameError("invalid_messages", "a client cannot add system messages")
+            checked.append(known)
+        return checked
+
     def reject(self, connection_id: str, frame: JSONDict, exc: FrameError) -> None:
         """Tell the sender its frame was refused (a chat request also gets its terminal
         frame, so the client settles)."""
         emit = self._ctx.emit
         request_id = frame.get("id")
         if frame.get("type") == MessageType.USE_CHAT_REQUEST.value and isinstance(request_id, str):
-            emit.to(connection_id, rejected_request_frame(request_id, exc.message))
+            for answer in invalid_request_frames(request_id, exc.message):
+                emit.to(connection_id, answer)
         emit.to(connection_id, error_frame(exc.code, exc.message))
 
     async def _accept(self, requester: str, request: ChatRequest, frame: JSONDict) -> None:

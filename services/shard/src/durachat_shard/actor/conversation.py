@@ -266,6 +266,13 @@ class ConversationActor:
                 return
             except Exception:
                 log.exception("conversation %s: input failed", self.conversation_id)
+                # Whatever could not be handled is answered: a chat request gets its terminal
+                # frame, so its client never waits for it (docs/protocol.md#errors).
+                self._admission.reject(
+                    item.connection_id,
+                    item.frame,
+                    FrameError("internal_error", "The frame could not be handled."),
+                )
             finally:
                 if not item.handled.done():
                     item.handled.set_result(None)
