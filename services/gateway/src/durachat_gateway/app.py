@@ -40,6 +40,7 @@ from durachat_gateway.branches_api import (
 )
 from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import ClientConnection
+from durachat_gateway.events_api import connection_event, events_router, gateway_publisher
 from durachat_gateway.forwarder import Forwarder, ForwardError
 from durachat_gateway.playground import mount_playground
 from durachat_gateway.readiness import readiness_router
@@ -122,9 +123,12 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         )
         if settings.admin_key:
             runtime.tenancy = await Tenancy.start(settings, runtime.store, redis, reader)
+        publisher = gateway_publisher(redis, settings)
+        publisher.start()
         try:
             yield
         finally:
+            await publisher.stop()
             if runtime.tenancy is not None:
                 await runtime.tenancy.stop()
             await reader.stop()
@@ -180,6 +184,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
     app.include_router(branch_write_router(rt, branch_guard))
     app.include_router(admin_router(tenancy))
     app.include_router(tenant_router(tenancy, max_ttl=settings.token_max_ttl))
+    app.include_router(events_router(lambda: rt().redis, settings))
     # The AI SDK's HTTP chat transport (useChat).
     app.include_router(aisdk_router(rt, send_queue_limit=settings.send_queue_limit))
     mount_playground(app)
@@ -299,6 +304,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             r.tenancy.sockets[conn] = principal
         tag = conversation_tag(key.tenant, key.agent, key.name)
         CONNECTIONS.inc()
+        connection_event(key, connection_id, opened=True)
         channel: Channel | None = None
         unavailable = False
         cursor = websocket.query_params.get("cursor")
@@ -338,6 +344,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             unavailable = True
         finally:
             CONNECTIONS.dec()
+            connection_event(key, connection_id, opened=False)
             if channel is not None:
                 r.channels.leave(tag, conn)
             await conn.aclose()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 import httpx
@@ -10,9 +12,10 @@ from arq.worker import Worker
 from redis.asyncio import Redis
 
 from durachat_infra.cluster import ClusterView, cluster_auth
+from durachat_infra.events import DEFAULT_TENANT, EventPublisher
 from durachat_infra.health import Check, database_check, redis_check, run_checks
 from durachat_infra.jobs.arq_adapter import JOB_DESERIALIZER, JOB_SERIALIZER, arq_redis_settings
-from durachat_infra.keys import ClusterKeys
+from durachat_infra.keys import ClusterKeys, EventKeys
 from durachat_infra.settings import ClusterTiming, JobsSettings
 from durachat_infra.store import Store, migrate
 from durachat_jobs.deps import JobDeps
@@ -54,6 +57,15 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
             await view.stop()
             await redis.aclose()
             raise
+        events = EventPublisher(
+            redis,
+            EventKeys(settings.key_prefix),
+            process=f"jobs:{socket.gethostname()}:{os.getpid()}",
+            default_tenant=DEFAULT_TENANT,
+            settings=settings.events,
+        )
+        events.start()
+        ctx["events"] = events
         ctx["durachat"] = JobDeps(
             redis=redis,
             keys=keys,
@@ -72,6 +84,8 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
     async def shutdown(ctx: dict[str, Any]) -> None:
         if "health" in ctx:
             await ctx["health"].stop()
+        if "events" in ctx:
+            await ctx["events"].stop()
         deps: JobDeps = ctx["durachat"]
         if deps.view is not None:
             await deps.view.stop()
