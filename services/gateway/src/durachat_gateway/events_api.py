@@ -214,7 +214,9 @@ async def _sse(subscription: Subscription, heartbeat: float) -> AsyncIterator[st
     """The SSE body: each event with its stream id, a comment every `heartbeat` seconds
     without one."""
     try:
-        yield "retry: 1000\n\n"
+        # The starting cursor as an id without data: EventSource (and the Python client) keep
+        # it as the last event id, so a reconnect before the first event still loses nothing.
+        yield f"retry: 1000\nid: {subscription.cursor}\n\n"
         while True:
             item = await subscription.next(heartbeat)
             if item is None:
