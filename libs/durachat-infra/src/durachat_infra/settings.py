@@ -51,6 +51,10 @@ class WebhookSettings(BaseSettings):
     """Seconds a receiver has to answer a delivery."""
     dead_letter_max: int = Field(default=1000, ge=1)
     """Failed deliveries kept per webhook (the oldest go first)."""
+    block_private: bool = False
+    """Refuse to deliver to hosts that resolve to loopback, private, link-local or reserved
+    addresses (a guard against requests into the cluster's own network; see
+    docs/observability.md#webhooks). Off by default so local development can use localhost."""
 
 
 class CommonSettings(BaseSettings):

@@ -46,6 +46,7 @@ from durachat_gateway.playground import mount_playground
 from durachat_gateway.readiness import readiness_router
 from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body, refused_turn
 from durachat_gateway.tenant_api import tenant_router
+from durachat_gateway.webhooks_api import webhooks_router
 from durachat_infra.cluster import ClusterView, cluster_auth
 from durachat_infra.eventlog import LogReader
 from durachat_infra.keys import ClusterKeys, conversation_tag
@@ -185,6 +186,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
     app.include_router(admin_router(tenancy))
     app.include_router(tenant_router(tenancy, max_ttl=settings.token_max_ttl))
     app.include_router(events_router(lambda: rt().redis, settings))
+    app.include_router(webhooks_router(lambda: rt().store, lambda: rt().redis, settings.key_prefix))
     # The AI SDK's HTTP chat transport (useChat).
     app.include_router(aisdk_router(rt, send_queue_limit=settings.send_queue_limit))
     mount_playground(app)
