@@ -121,3 +121,30 @@ async def test_the_feed_refuses_what_a_credential_may_not_see(
         async with websockets.connect(url):
             pass
     assert refused.value.response.status_code == 403
+
+
+async def test_webhooks_need_the_tenants_api_key(
+    auth_cluster: LocalCluster, auth_http: httpx.AsyncClient
+) -> None:
+    urls = auth_cluster.urls
+    a = await create_tenant(auth_http, known_at=urls)
+    b = await create_tenant(auth_http, known_at=urls)
+    token = await mint(auth_http, a, AGENT, "c1")
+    body = {"url": "https://example.com/hook", "types": ["chat:turn:*"]}
+    for headers, code in ((bearer(token), "api_key_required"), (ADMIN, "api_key_required")):
+        response = await auth_http.post("/v1/webhooks", json=body, headers=headers)
+        assert (response.status_code, response.json()["code"]) == (403, code)
+    assert (await auth_http.get("/v1/webhooks")).status_code == 401
+    made = await auth_http.post("/v1/webhooks", json=body, headers=a.headers)
+    assert made.status_code == 201
+    hook = made.json()["id"]
+    # Another tenant's key finds nothing of it.
+    for method, path in (
+        ("GET", f"/v1/webhooks/{hook}"),
+        ("DELETE", f"/v1/webhooks/{hook}"),
+        ("GET", f"/v1/webhooks/{hook}/dead-letters"),
+    ):
+        response = await auth_http.request(method, path, headers=b.headers)
+        assert (response.status_code, response.json()["code"]) == (404, "unknown_webhook")
+    assert (await auth_http.get("/v1/webhooks", headers=b.headers)).json() == {"webhooks": []}
+    assert (await auth_http.get(f"/v1/webhooks/{hook}", headers=a.headers)).status_code == 200
