@@ -38,7 +38,8 @@ examples:
   durachat chat "hello"     send one message, print the reply, exit
   durachat chat             chat interactively (/help lists the commands)
   durachat history          print the conversation
-  durachat history --branch 57   print a branch of it (by id or name)"""
+  durachat history --branch 57   print a branch of it (by id or name)
+  durachat events --follow --types 'chat:turn:*'   follow the event feed (JSON lines)"""
 
 HELP = """\
 commands:
