@@ -1,6 +1,8 @@
 """The event feed's lag under load: an SSE subscriber on the target's gateway during the load
 phase, measuring the time from each turn event's emission (its `time`) to its arrival
-(docs/benchmarks.md#event-feed-lag)."""
+(docs/benchmarks.md#event-feed-lag). The lag is also split at the moment Redis stored the
+event (the millisecond part of its stream id): publishing (emit to Redis) and delivery (Redis to
+the subscriber)."""
 
 from __future__ import annotations
 
@@ -25,10 +27,12 @@ class EventLag:
     def __init__(self, target: Target) -> None:
         query = f"?types={TYPES}" + (f"&{target.query}" if target.query else "")
         self._url = f"http://{target.host}:{target.port}/v1/events{query}"
-        self._lags: list[tuple[float, float]] = []
+        # (emitted at, total lag ms, publish lag ms, delivery lag ms)
+        self._samples: list[tuple[float, float, float, float]] = []
         self._connected = threading.Event()
-        self._stop = threading.Event()
         self._error: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
         self._thread = threading.Thread(target=self._run, name="event-lag", daemon=True)
         self._window: tuple[float, float] | None = None
 
@@ -47,23 +51,32 @@ class EventLag:
 
     def stop(self) -> dict[str, Any]:
         """Unsubscribe; the lags (ms) of the events emitted inside the window."""
-        self._stop.set()
+        if self._loop is not None and self._task is not None:
+            self._loop.call_soon_threadsafe(self._task.cancel)
         self._thread.join(15)
         start, end = self._window or (0.0, float("inf"))
-        lags = [lag for at, lag in self._lags if start <= at <= end]
+        inside = [s for s in self._samples if start <= s[0] <= end]
         return {
-            **summary(lags),
-            "events": len(lags),
+            **summary([s[1] for s in inside]),
+            "publish_ms": summary([s[2] for s in inside]),
+            "delivery_ms": summary([s[3] for s in inside]),
+            "events": len(inside),
             "error": self._error,
             "types": TYPES,
         }
 
     def _run(self) -> None:
-        with contextlib.suppress(Exception):
-            asyncio.run(self._follow())
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._task = asyncio.current_task()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follow()
+
+        asyncio.run(main())
 
     async def _follow(self) -> None:
-        timeout = httpx.Timeout(10.0, read=2.0)
+        # Heartbeats come every 15 s at the latest, so a read that waits longer is a dead feed.
+        timeout = httpx.Timeout(10.0, read=60.0)
         try:
             async with (
                 httpx.AsyncClient(timeout=timeout) as http,
@@ -73,18 +86,21 @@ class EventLag:
                     self._error = f"HTTP {response.status_code}"
                     return
                 self._connected.set()
-                lines = response.aiter_lines()
-                while not self._stop.is_set():
-                    try:
-                        line = await anext(lines)
-                    except httpx.ReadTimeout:
-                        continue
+                async for line in response.aiter_lines():
                     if line.startswith("data: "):
                         arrived = time.time()
                         event = json.loads(line[6:])
                         emitted = event["time"] / 1000
-                        self._lags.append((emitted, (arrived - emitted) * 1000))
-        except (httpx.HTTPError, StopAsyncIteration) as exc:
-            self._error = self._error or f"{type(exc).__name__}: {exc}"
+                        stored = int(event["id"].split("-")[0]) / 1000
+                        self._samples.append(
+                            (
+                                emitted,
+                                (arrived - emitted) * 1000,
+                                (stored - emitted) * 1000,
+                                (arrived - stored) * 1000,
+                            )
+                        )
+        except httpx.HTTPError as exc:
+            self._error = f"{type(exc).__name__}: {exc}"
         finally:
             self._connected.set()

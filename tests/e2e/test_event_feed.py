@@ -5,11 +5,14 @@ killed with SIGKILL mid-reply, in order."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import signal
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -17,8 +20,10 @@ import websockets
 
 from durachat.observability.feed import FeedEvent
 from durachat_infra.local.cluster import LocalCluster, Process
+from support.cli import DURACHAT, run_cli
 from support.cluster import running_cluster
 from support.feed import Collector
+from support.waiting import eventually
 from support.wsclient import WsClient, chat_request, user_message
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -146,6 +151,53 @@ async def test_the_websocket_feed_filters(cluster: LocalCluster) -> None:
     async with websockets.connect(f"{url}/v1/events/ws?{query}&last_event_id={first}") as ws:
         again = [json.loads(await ws.recv(decode=True)) for _ in range(2)]
     assert again == frames[1:]
+
+
+async def test_the_command_line_prints_the_feed_as_json_lines(cluster: LocalCluster) -> None:
+    name = f"cli-{time.time_ns()}"
+    follow = await asyncio.create_subprocess_exec(
+        str(DURACHAT),
+        "events",
+        "--url",
+        cluster.urls[0],
+        "--follow",
+        "--types",
+        "chat:turn:*",
+        "--name",
+        name,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "DURACHAT_API_KEY": "", "DURACHAT_ADMIN_KEY": ""},
+    )
+    lines: list[dict[str, Any]] = []
+    try:
+        stdout = follow.stdout
+        assert stdout is not None
+
+        async def followed() -> bool:
+            # The follower starts at the end of the feed once it is up: chat until it sees a turn.
+            await _chat(cluster.urls[1], name, "hello command line")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(3):
+                    while not lines or lines[-1]["type"] != "chat:turn:finished":
+                        lines.append(json.loads(await stdout.readline()))
+            return bool(lines) and lines[-1]["type"] == "chat:turn:finished"
+
+        await eventually(followed, timeout=45, interval=0.1)
+    finally:
+        follow.kill()
+        await follow.wait()
+    assert {line["name"] for line in lines} == {name}
+    assert lines[-2]["type"] == "chat:turn:started"
+    assert lines[-2]["data"]["requestId"] == lines[-1]["data"]["requestId"]
+
+    # Without --follow: what the feed holds, then stop.
+    code, out, _ = await run_cli(
+        "events", "--url", cluster.urls[1], "--types", "chat:turn:finished", "--name", name
+    )
+    assert code == 0
+    held = [json.loads(line) for line in out.splitlines()]
+    assert held and {e["type"] for e in held} == {"chat:turn:finished"}
+    assert held[-1]["id"] == lines[-1]["id"]
 
 
 async def _owner(cluster: LocalCluster, name: str) -> Process:

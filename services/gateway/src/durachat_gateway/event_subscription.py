@@ -72,15 +72,31 @@ class Subscription:
     async def next(self, timeout: float) -> tuple[FeedEvent, str] | None:
         """The next event with its JSON, or None when none came within `timeout` seconds or
         the subscription ended (`cut_off`, `failed`)."""
-        try:
-            item = await asyncio.wait_for(self._queue.get(), timeout)
-        except TimeoutError:
-            return None
+        if self._queue.empty():
+            try:
+                async with asyncio.timeout(timeout):
+                    item = await self._queue.get()
+            except TimeoutError:
+                return None
+        else:
+            item = self._queue.get_nowait()
         if item is None:
             self._queue.put_nowait(None)  # stays ended for the next call
             return None
         self._bytes -= len(item[1])
         return item
+
+    def ready(self) -> list[tuple[FeedEvent, str]]:
+        """The events already buffered, without waiting (so they go out together)."""
+        taken: list[tuple[FeedEvent, str]] = []
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is None:
+                self._queue.put_nowait(None)
+                break
+            self._bytes -= len(item[1])
+            taken.append(item)
+        return taken
 
     @property
     def ended(self) -> bool:

@@ -226,8 +226,10 @@ async def _sse(subscription: Subscription, heartbeat: float) -> AsyncIterator[st
                     return
                 yield ": heartbeat\n\n"
                 continue
-            event, body = item
-            yield f"id: {event.id}\ndata: {body}\n\n"
+            # Whatever else is buffered goes out in the same write.
+            yield "".join(
+                f"id: {e.id}\ndata: {body}\n\n" for e, body in (item, *subscription.ready())
+            )
     finally:
         await subscription.stop()
 
