@@ -96,6 +96,33 @@ async def test_a_token_sees_only_the_conversations_it_covers(
         pass
 
 
+async def test_quota_refusals_reach_the_feed(
+    auth_cluster: LocalCluster, auth_http: httpx.AsyncClient
+) -> None:
+    urls = auth_cluster.urls
+    tenant = await create_tenant(auth_http, quotas={"max_messages_per_request": 1}, known_at=urls)
+    name = f"quota-{time.time_ns()}"
+    feed = await Collector.start(urls[0], headers=tenant.headers, types=["chat:quota:*"])
+    client = await WsClient.connect(urls[1], AGENT, name, headers=tenant.headers)
+    try:
+        request = chat_request([user_message("one"), user_message("two")])
+        await client.send(request)
+        await client.wait_done(str(request["id"]), timeout=20)
+
+        def refused(events: list[FeedEvent]) -> bool:
+            return bool(events)
+
+        events = await feed.wait_for(refused)
+        assert events[0].type == "chat:quota:refused"
+        assert events[0].data["quota"] == "max_messages_per_request"
+        assert events[0].data["refused"] == "request"
+        assert events[0].data["requestId"] == request["id"]
+        assert (events[0].tenant, events[0].name) == (tenant.id, name)
+    finally:
+        await client.close()
+        await feed.stop()
+
+
 async def test_the_feed_refuses_what_a_credential_may_not_see(
     auth_cluster: LocalCluster, auth_http: httpx.AsyncClient
 ) -> None:

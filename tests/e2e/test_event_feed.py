@@ -120,6 +120,36 @@ async def test_a_subscriber_that_reconnects_with_its_last_event_id_misses_nothin
     assert [d["data"]["requestId"] for d in data] == missed  # type: ignore[index]
 
 
+async def test_tool_calls_branch_forks_and_connections_reach_the_feed(
+    cluster: LocalCluster,
+) -> None:
+    name = f"kinds-{time.time_ns()}"
+    feed = await Collector.start(cluster.urls[0], name=name)
+    try:
+        request_id = await _chat(cluster.urls[1], name, "tool:Paris")
+        async with httpx.AsyncClient(base_url=cluster.urls[1], timeout=10) as http:
+            created = await http.post(f"/agents/{AGENT}/{name}/branches", json={"name": "side"})
+            assert created.status_code == 201, created.text
+
+        def seen(events: list[FeedEvent]) -> bool:
+            kinds = {e.type for e in events}
+            return {"chat:branch:forked", "chat:connection:closed"} <= kinds
+
+        await feed.wait_for(seen)
+        calls = feed.of("tool:call")
+        assert [(c.data["requestId"], c.data["toolName"]) for c in calls][:1] == [
+            (request_id, "getWeather")
+        ]
+        forked = feed.of("chat:branch:forked")[0]
+        assert forked.data["op"] == "create" and forked.data["created"]["name"] == "side"
+        opened, closed = feed.of("chat:connection:opened"), feed.of("chat:connection:closed")
+        assert [e.data["connection"] for e in opened] == [e.data["connection"] for e in closed]
+        assert all(e.process.startswith("gateway:") for e in opened + closed)
+        assert feed.of("message:request")[0].data["requestId"] == request_id
+    finally:
+        await feed.stop()
+
+
 async def test_a_bad_cursor_is_refused(cluster: LocalCluster) -> None:
     async with httpx.AsyncClient(base_url=cluster.urls[0], timeout=10) as http:
         response = await http.get("/v1/events", headers={"Last-Event-ID": "not-an-id"})

@@ -20,6 +20,7 @@ from durachat_infra.events.webhooks import (
     MAX_WEBHOOKS,
     check_webhook_url,
     dead_letters,
+    is_webhook_id,
     new_webhook_id,
     new_webhook_secret,
 )
@@ -47,7 +48,12 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"code": code, "message": message}, status)
 
 
-UNAVAILABLE = _error(503, "database_unavailable", "the store is unavailable, retry")
+def _unavailable() -> JSONResponse:
+    return _error(503, "database_unavailable", "the store is unavailable, retry")
+
+
+def _unknown() -> JSONResponse:
+    return _error(404, "unknown_webhook", "no such webhook")
 
 
 def webhooks_router(
@@ -75,7 +81,7 @@ def webhooks_router(
                 tenant, new_webhook_id(), url=url, types=types, secret=secret
             )
         except DatabaseUnavailableError:
-            return UNAVAILABLE
+            return _unavailable()
         except UnknownTenantError:
             return _error(404, "unknown_tenant", "the tenant is gone")
         return JSONResponse({**made.to_json(), "secret": secret}, 201)
@@ -85,28 +91,32 @@ def webhooks_router(
         try:
             found = await store().list_webhooks(tenant_of(request))
         except DatabaseUnavailableError:
-            return UNAVAILABLE
+            return _unavailable()
         return JSONResponse({"webhooks": [w.to_json() for w in found]})
 
     @router.get("/{webhook_id}", summary="One webhook")
     async def show(request: Request, webhook_id: str) -> JSONResponse:
+        if not is_webhook_id(webhook_id):
+            return _unknown()
         try:
             found = await store().get_webhook(tenant_of(request), webhook_id)
         except DatabaseUnavailableError:
-            return UNAVAILABLE
+            return _unavailable()
         if found is None:
-            return _error(404, "unknown_webhook", "no such webhook")
+            return _unknown()
         return JSONResponse(found.to_json())
 
     @router.delete("/{webhook_id}", summary="Delete a webhook and its dead letters")
     async def remove(request: Request, webhook_id: str) -> JSONResponse:
         tenant = tenant_of(request)
+        if not is_webhook_id(webhook_id):
+            return _unknown()
         try:
             deleted = await store().delete_webhook(tenant, webhook_id)
         except DatabaseUnavailableError:
-            return UNAVAILABLE
+            return _unavailable()
         if not deleted:
-            return _error(404, "unknown_webhook", "no such webhook")
+            return _unknown()
         with contextlib.suppress(RedisError):
             # Left behind, the list is bounded and no route reaches it any more.
             await redis().delete(keys.dead_letters(tenant, webhook_id))
@@ -115,12 +125,14 @@ def webhooks_router(
     @router.get("/{webhook_id}/dead-letters", summary="Deliveries that failed their last try")
     async def dead(request: Request, webhook_id: str, limit: int = 100) -> JSONResponse:
         tenant = tenant_of(request)
+        if not is_webhook_id(webhook_id):
+            return _unknown()
         try:
             found = await store().get_webhook(tenant, webhook_id)
         except DatabaseUnavailableError:
-            return UNAVAILABLE
+            return _unavailable()
         if found is None:
-            return _error(404, "unknown_webhook", "no such webhook")
+            return _unknown()
         try:
             letters: list[dict[str, Any]] = await dead_letters(
                 redis(), keys, tenant, webhook_id, limit=max(1, min(limit, 1000))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import secrets
 from collections.abc import Awaitable
 from typing import Any, Final, cast
@@ -20,9 +21,17 @@ MAX_WEBHOOKS: Final = 20
 """Most webhooks one tenant may register."""
 
 
+_WEBHOOK_ID: Final = re.compile(r"wh_[0-9a-f]{16}")
+
+
 def new_webhook_id() -> str:
     """A fresh webhook id."""
     return f"wh_{secrets.token_hex(8)}"
+
+
+def is_webhook_id(value: str) -> bool:
+    """Whether `value` has the form of a webhook id (anything else names no webhook)."""
+    return bool(_WEBHOOK_ID.fullmatch(value))
 
 
 def new_webhook_secret() -> str:
