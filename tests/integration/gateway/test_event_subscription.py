@@ -64,7 +64,7 @@ async def test_a_slow_subscriber_is_cut_off_and_resumes_without_loss(
     redis: Redis, key_prefix: str, publisher: EventPublisher
 ) -> None:
     stream = EventKeys(key_prefix).tenant("acme")
-    slow = Subscription(redis, stream, "0-0", EventFilter(), limit_bytes=2048)
+    slow = Subscription(redis, stream, "0-0", EventFilter(), limit_bytes=2048, grace=0.3)
     slow.start()
     try:
         for i in range(200):
@@ -85,6 +85,39 @@ async def test_a_slow_subscriber_is_cut_off_and_resumes_without_loss(
     finally:
         await again.stop()
     assert [e.data["i"] for e in first + rest] == list(range(200))
+
+
+async def test_a_subscriber_that_keeps_reading_is_never_cut_off(
+    redis: Redis, key_prefix: str, publisher: EventPublisher
+) -> None:
+    stream = EventKeys(key_prefix).tenant("acme")
+    for i in range(200):
+        emit("chat:turn:started", agent="a", name="n", tenant="acme", payload={"i": i})
+    await publisher.flush()
+    # The backlog is far larger than the buffer: the reader waits for room instead.
+    reader = Subscription(redis, stream, "0-0", EventFilter(), limit_bytes=2048, grace=2.0)
+    reader.start()
+    try:
+        got = await _drain(reader)
+    finally:
+        await reader.stop()
+    assert [e.data["i"] for e in got] == list(range(200))
+    assert not reader.cut_off
+
+
+async def test_one_event_larger_than_the_buffer_still_goes_through(
+    redis: Redis, key_prefix: str, publisher: EventPublisher
+) -> None:
+    stream = EventKeys(key_prefix).tenant("acme")
+    emit("chat:recovery:exhausted", agent="a", name="n", tenant="acme", payload={"t": "x" * 5000})
+    await publisher.flush()
+    reader = Subscription(redis, stream, "0-0", EventFilter(), limit_bytes=2048, grace=0.3)
+    reader.start()
+    try:
+        got = await _drain(reader)
+    finally:
+        await reader.stop()
+    assert len(got) == 1 and len(got[0].data["t"]) == 5000
 
 
 async def _ended(subscription: Subscription) -> bool:

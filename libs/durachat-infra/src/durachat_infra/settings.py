@@ -31,7 +31,8 @@ class EventFeedSettings(BaseSettings):
     """Most events sent to Redis in one round trip."""
     subscriber_buffer_bytes: int = Field(default=1_048_576, ge=1024)
     """Bytes of events a gateway holds for one SSE or WebSocket subscriber that reads slower
-    than they come; past that it is cut off (it resumes with its last event id)."""
+    than they come; when full the gateway waits, and cuts off a subscriber that makes no room
+    for a few seconds (it resumes with its last event id)."""
     heartbeat: float = Field(default=15.0, gt=0)
     """Seconds between the heartbeats of an SSE stream (comments) with no event."""
 

@@ -1,9 +1,11 @@
 """One subscriber of the event feed on this gateway: a reader task following a stream from
 a cursor, and a buffer bounded in bytes between it and the subscriber's connection.
 
-A subscriber that reads slower than events come fills its buffer; it is then cut off
-(`cut_off`), and reconnects with the id of the last event it received, losing nothing the
-stream still holds (docs/observability.md#subscribing-to-events).
+A subscriber that reads slower than events come fills its buffer; the reader then stops taking
+events from Redis, and if the subscriber makes no room within `grace` seconds it is cut off
+(`cut_off`). It reconnects with the id of the last event it received, losing nothing the
+stream still holds (docs/observability.md#subscribing-to-events). One event always fits in an
+empty buffer, however large, so a large event cannot cut every reconnect off again.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ CUT_OFF = Counter(
 
 BLOCK_MS: Final = 5_000
 """How long one read waits for new entries, in milliseconds."""
+GRACE: Final = 5.0
+"""Seconds a subscriber with a full buffer has to make room before it is cut off."""
 
 
 class Subscription:
@@ -42,12 +46,15 @@ class Subscription:
         where: EventFilter,
         *,
         limit_bytes: int,
+        grace: float = GRACE,
     ) -> None:
         self._redis = redis
         self._stream = stream
         self.cursor = cursor
         self._where = where
         self._limit = limit_bytes
+        self._grace = grace
+        self._taken = asyncio.Event()
         self._queue: asyncio.Queue[tuple[FeedEvent, str] | None] = asyncio.Queue()
         self._bytes = 0
         self.cut_off = False
@@ -84,6 +91,7 @@ class Subscription:
             self._queue.put_nowait(None)  # stays ended for the next call
             return None
         self._bytes -= len(item[1])
+        self._taken.set()
         return item
 
     def ready(self) -> list[tuple[FeedEvent, str]]:
@@ -96,6 +104,7 @@ class Subscription:
                 break
             self._bytes -= len(item[1])
             taken.append(item)
+        self._taken.set()
         return taken
 
     @property
@@ -114,7 +123,7 @@ class Subscription:
                     if not self._where.matches(event):
                         continue
                     body = event.to_json()
-                    if self._bytes + len(body) > self._limit:
+                    if not await self._room_for(len(body)):
                         CUT_OFF.inc()
                         self.cut_off = True
                         self._queue.put_nowait(None)
@@ -125,3 +134,15 @@ class Subscription:
             log.warning("event feed %s unavailable: %s", self._stream, exc)
             self.failed = True
             self._queue.put_nowait(None)
+
+    async def _room_for(self, size: int) -> bool:
+        """Wait until `size` more bytes fit (or the buffer is empty); False if the subscriber
+        made no room for `grace` seconds."""
+        try:
+            async with asyncio.timeout(self._grace):
+                while self._bytes and self._bytes + size > self._limit:
+                    self._taken.clear()
+                    await self._taken.wait()
+        except TimeoutError:
+            return False
+        return True
