@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from bench.event_lag import EventLag
 from bench.loadgen import ClientPool, Command
 from bench.procs import CpuMeter, Proc, status_kib, system_cpu
 from bench.stats import percentile, summary
@@ -269,8 +270,14 @@ class Runner:
         usage: dict[str, Any] = {}
         commands_stats: dict[str, Any] = {}
         redis = RedisStats(self.target.redis_url)
+        # The event feed's lag, on durachat's gateways (the baseline has no feed).
+        lag = EventLag(self.target) if self.target.name.startswith("durachat") else None
+        if lag is not None:
+            lag.start()
 
         def on_mark(label: str) -> None:
+            if lag is not None:
+                lag.mark(label)
             if label == "measure-start":
                 meter.start()
                 redis.reset()
@@ -279,6 +286,7 @@ class Runner:
                 commands_stats.update(redis.read())
 
         results = self.pool.run(commands, timeout=600, on_mark=on_mark)
+        event_lag = lag.stop() if lag is not None else None
         requests = [r for res in results for r in res["requests"]]
         measured = [r for r in requests if r["round"] >= 0]
         warm = [r for r in requests if r["round"] < 0]
@@ -329,6 +337,7 @@ class Runner:
                 "unstamped_deltas": sum(res["unstamped"] for res in results),
                 "durachat_error_frames": sum(res["other_errors"] for res in results),
             },
+            "event_lag_ms": event_lag,
             "cpu": usage,
             "redis_commands": commands_stats,
             "redis_calls_per_delta": {

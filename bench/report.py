@@ -123,6 +123,13 @@ def rows(results: dict[str, Any], params: dict[str, Any]) -> list[dict[str, Any]
             "",
             lambda v: f">= 10,000 {_verdict(v, 10_000, at_least=True)}",
         ),
+        (
+            "event feed lag p50 (ms) under load",
+            _get("load", "event_lag_ms", "p50"),
+            "ms",
+            lambda v: f"<= 100 ms {_verdict(v, 100.0)}",
+        ),
+        ("event feed lag p99 (ms) under load", _get("load", "event_lag_ms", "p99"), "ms", None),
         ("errors (load)", _errors, "", lambda v: f"0 {_verdict(v, 0)}"),
         (
             "TTFT p50 (ms) 1-at-a-time, new conv",

@@ -186,9 +186,16 @@ def _brief(phase: str, result: dict[str, Any]) -> str:
             f"({result['deltas']} deltas, {fmt_num(result['chunks_per_s'])}/s, "
             f"delivery p50 {fmt_num(result['latency_ms']['p50'])} ms, "
             f"p99 {fmt_num(result['latency_ms']['p99'])} ms, "
-            f"errors {result['errors']['requests_with_errors']})"
+            f"errors {result['errors']['requests_with_errors']}{_lag(result)})"
         )
     return ""
+
+
+def _lag(result: dict[str, Any]) -> str:
+    lag = result.get("event_lag_ms")
+    if not lag:
+        return ""
+    return f", event feed lag p50 {fmt_num(lag['p50'])} ms, p99 {fmt_num(lag['p99'])} ms"
 
 
 def fmt_num(value: float | None) -> str:

@@ -50,7 +50,13 @@ OTHER_ROUTES = [
     ("GET", "/redoc", None),
     ("GET", "/v1/usage", None),
     ("POST", "/v1/tokens", {"agent": AGENT, "name": NAME}),
+    ("GET", "/v1/webhooks", None),
+    ("POST", "/v1/webhooks", {"url": "https://example.com/hook"}),
+    ("GET", "/v1/webhooks/wh_1/dead-letters", None),
+    ("DELETE", "/v1/webhooks/wh_1", None),
 ]
+FEED_ROUTES = [("GET", "/v1/events", None)]
+"""The event feed: refused without a credential (with one it streams; see test_auth_events)."""
 
 
 async def call(
@@ -80,7 +86,7 @@ async def test_every_route_refuses_missing_or_bad_credentials(
     auth_cluster: LocalCluster, auth_http: httpx.AsyncClient, credential: str | None
 ) -> None:
     headers = None if credential is None else bearer(credential)
-    for route in [*http_routes(AGENT, NAME), *OTHER_ROUTES]:
+    for route in [*http_routes(AGENT, NAME), *OTHER_ROUTES, *FEED_ROUTES]:
         answer = await call(auth_http, route, headers)
         assert answer.status_code == 401, route
         assert answer.json()["code"] in (

@@ -15,7 +15,7 @@ from durachat_infra.local.cluster import LocalCluster
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 DURACHAT = str(Path(sys.executable).with_name("durachat"))
-SCENARIO = "chat,long,resume,tools,branches,idle,tabs"
+SCENARIO = "chat,long,resume,tools,branches,idle,tabs,events"
 EVERY_ENTRY = (
     "WS connect",
     "TURN chat",
@@ -33,6 +33,8 @@ EVERY_ENTRY = (
     "CHUNK delivery",
     "RESUME gap",
     "RESUME replay",
+    "EVENT subscribe",
+    "EVENT lag",
 )
 
 
@@ -48,7 +50,7 @@ def test_a_distributed_run_records_every_metric_and_writes_the_report(
     out = tmp_path / "run"
     completed = load(
         "run",
-        *("--url", cluster.urls[0], "--users", "7", "--spawn-rate", "7", "--duration", "20s"),
+        *("--url", cluster.urls[0], "--users", "8", "--spawn-rate", "8", "--duration", "20s"),
         *("--scenario", SCENARIO, "--workers", "1", "--agent", "loadtest-agent"),
         *("--think", "0.1-0.3", "--idle-hold", "2-3", "--messages", "2"),
         *("--memory", "--memory-interval", "2s", "--out", str(out)),
@@ -78,7 +80,7 @@ def test_a_distributed_run_records_every_metric_and_writes_the_report(
     assert not missing, (missing, entries, summary["errors_by_code"])
     assert summary["totals"]["failures"] == 0, summary["errors_by_code"]
     assert summary["errors_by_code"] == {}
-    assert summary["totals"]["peak_users"] == 7
+    assert summary["totals"]["peak_users"] == 8
     assert summary["totals"]["chunks"] > entries["CHUNK ttfc"]["count"]
     assert summary["totals"]["resumes"] >= 1
     for metric in ("ttfc", "delivery", "gap", "resume_gap", "connect"):

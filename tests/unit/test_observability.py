@@ -66,7 +66,9 @@ def test_event_types_are_the_reference_names() -> None:
     assert EventType.RECOVERY_EXHAUSTED == "chat:recovery:exhausted"
     assert EventType.TRANSCRIPT_REPAIRED == "chat:transcript:repaired"
     assert EventType.TRANSCRIPT_FORKED == "chat:transcript:forked"
-    assert len(observability.EVENT_TYPES) == 17
+    # The reference's 17, and those of the event feed (docs/observability.md).
+    assert len(observability.EVENT_TYPES) == 17 + 9
+    assert EventType.TURN_STARTED == "chat:turn:started"
     assert {channel_for(t) for t in observability.EVENT_TYPES} == {
         Channel.CHAT,
         Channel.MESSAGE,

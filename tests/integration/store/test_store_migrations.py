@@ -34,6 +34,7 @@ TABLES = {
     "turns",
     "api_keys",
     "signing_keys",
+    "webhooks",
 }
 
 

@@ -125,7 +125,13 @@ async def test_chunks_are_numbered_in_order_and_the_reply_is_stored_before_the_t
     assert terminal["commits"] == 1
     assert terminal["outcome"] is None and terminal["message_ids"] == ["u1"]
     assert h.synced == [["u1", reply_id]]
-    assert [kind for kind, _ in h.events] == ["message:response"]
+    assert [kind for kind, _ in h.events] == [
+        "chat:turn:started",
+        "message:response",
+        "chat:turn:finished",
+    ]
+    finished = h.events[-1][1]
+    assert finished == {"requestId": "r1", "outcome": "completed", "messageId": reply_id}
     assert h.agent.turns[0].messages == [U1] and h.agent.closed
 
 
@@ -197,7 +203,8 @@ async def test_a_silent_stream_is_left_to_recovery() -> None:
     assert result is None
     assert h.sink.kinds() == ["start", "chunk", "chunk", "chunk"]
     assert h.db.committed == [] and h.db.rolled_back == []
-    assert h.events == [("chat:stream:stalled", {"requestId": "r1", "timeoutMs": 50})]
+    assert h.events[1:] == [("chat:stream:stalled", {"requestId": "r1", "timeoutMs": 50})]
+    assert h.events[0][0] == "chat:turn:started"
     assert h.agent.closed
 
 
@@ -212,7 +219,9 @@ async def test_a_model_error_is_reported_and_the_partial_kept() -> None:
     assert h.sink.kinds()[-3:] == ["error", "messages", "terminal"]
     assert result.message is not None and text(result.message) == "Hel"
     assert h.db.ops[-1][:3] == ("turn", "r1", "error")
-    assert h.events[-1][0] == "message:error"
+    assert [kind for kind, _ in h.events[-2:]] == ["message:error", "chat:turn:failed"]
+    assert h.events[-1][1]["outcome"] == "error"
+    assert h.events[-1][1]["error"] == "The model is unavailable."
 
 
 async def test_an_approval_request_is_stored_while_the_turn_streams() -> None:

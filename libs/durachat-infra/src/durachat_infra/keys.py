@@ -116,3 +116,29 @@ class TenantKeys:
     def all_pattern(self) -> str:
         """A SCAN pattern matching every key of the tenant."""
         return f"{self.prefix}:{{tenant:{self.tenant}}}:*"
+
+
+@dataclass(frozen=True, slots=True)
+class EventKeys:
+    """Keys of the event feed (docs/observability.md#subscribing-to-events). A tenant's stream
+    shares the hash tag of its quota counters, so deleting the tenant's keys deletes it too."""
+
+    prefix: str
+
+    def tenant(self, tenant: str) -> str:
+        """Stream: the events of one tenant's conversations."""
+        return f"{self.prefix}:{{tenant:{tenant}}}:events"
+
+    @property
+    def all(self) -> str:
+        """Stream: the events of every tenant (the operator's feed, and the webhooks')."""
+        return f"{self.prefix}:events:all"
+
+    @property
+    def webhook_group(self) -> str:
+        """Consumer group of the jobs workers on `all`, delivering events to webhooks."""
+        return "webhooks"
+
+    def dead_letters(self, tenant: str, webhook_id: str) -> str:
+        """List: the deliveries to a webhook that failed their last try, newest first."""
+        return f"{self.prefix}:{{tenant:{tenant}}}:webhook:{webhook_id}:dead"

@@ -13,6 +13,51 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+class EventFeedSettings(BaseSettings):
+    """The tenants' event feed (docs/observability.md#subscribing-to-events)."""
+
+    model_config = SettingsConfigDict(env_prefix="DURACHAT_EVENTS_", extra="ignore")
+
+    enabled: bool = True
+    """Publish the events this process emits to the feed."""
+    maxlen: int = Field(default=100_000, ge=1)
+    """Approximate number of events kept per tenant (and in the operator's stream of all)."""
+    retention: float = Field(default=86_400.0, gt=0)
+    """Seconds an event is kept; older ones are trimmed."""
+    buffer_bytes: int = Field(default=1_048_576, ge=1024)
+    """Bytes of events a process holds while Redis is slow or away; past that new ones are
+    dropped (and counted)."""
+    batch: int = Field(default=256, ge=1)
+    """Most events sent to Redis in one round trip."""
+    subscriber_buffer_bytes: int = Field(default=1_048_576, ge=1024)
+    """Bytes of events a gateway holds for one SSE or WebSocket subscriber that reads slower
+    than they come; when full the gateway waits, and cuts off a subscriber that makes no room
+    for a few seconds (it resumes with its last event id)."""
+    heartbeat: float = Field(default=15.0, gt=0)
+    """Seconds between the heartbeats of an SSE stream (comments) with no event."""
+
+
+class WebhookSettings(BaseSettings):
+    """Webhook deliveries by the jobs worker (docs/observability.md#webhooks)."""
+
+    model_config = SettingsConfigDict(env_prefix="DURACHAT_WEBHOOK_", extra="ignore")
+
+    max_attempts: int = Field(default=8, ge=1)
+    """Tries of one delivery before it goes to the dead-letter list."""
+    retry_base: float = Field(default=1.0, gt=0)
+    """Seconds before the first retry; each later one waits twice as long as the one before."""
+    retry_max: float = Field(default=600.0, gt=0)
+    """Longest wait between two tries, in seconds."""
+    timeout: float = Field(default=10.0, gt=0)
+    """Seconds a receiver has to answer a delivery."""
+    dead_letter_max: int = Field(default=1000, ge=1)
+    """Failed deliveries kept per webhook (the oldest go first)."""
+    block_private: bool = False
+    """Refuse to deliver to hosts that resolve to loopback, private, link-local or reserved
+    addresses (a guard against requests into the cluster's own network; see
+    docs/observability.md#webhooks). Off by default so local development can use localhost."""
+
+
 class CommonSettings(BaseSettings):
     """Settings shared by the gateway, shard and jobs processes."""
 
@@ -34,6 +79,9 @@ class CommonSettings(BaseSettings):
     cluster_secret: str | None = Field(default=None, repr=False)
     """Secret that signs calls between the processes of the cluster (gateways and jobs to a
     shard's internal API, docs/security.md); unset, the internal API takes unsigned calls."""
+
+    events: EventFeedSettings = Field(default_factory=EventFeedSettings)
+    """The event feed (`DURACHAT_EVENTS_*`, docs/observability.md#subscribing-to-events)."""
 
 
 class ClusterTiming(BaseSettings):
@@ -209,6 +257,9 @@ class JobsSettings(CommonSettings):
     health_port: int | None = Field(default=None, validation_alias="DURACHAT_JOBS_PORT")
     """Port of the worker's `/healthz`, `/readyz` and `/metrics` listener; unset: no listener
     (0 picks a free one)."""
+
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    """Webhook deliveries (`DURACHAT_WEBHOOK_*`)."""
 
 
 def process_env(**overrides: str) -> dict[str, str]:

@@ -45,6 +45,7 @@ from durachat_gateway.branches_api import (
 from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import ClientConnection, ForwardQueueFullError
 from durachat_gateway.edges import EdgeChecks, origin_allowed, parse_origins
+from durachat_gateway.events_api import connection_event, events_router, gateway_publisher
 from durachat_gateway.forwarder import Forwarder, ForwardError
 from durachat_gateway.http_errors import install_error_handlers
 from durachat_gateway.mistakes import client_mistake
@@ -52,6 +53,7 @@ from durachat_gateway.playground import mount_playground
 from durachat_gateway.readiness import readiness_router
 from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body, refused_turn
 from durachat_gateway.tenant_api import tenant_router
+from durachat_gateway.webhooks_api import webhooks_router
 from durachat_infra.cluster import ClusterView, cluster_auth
 from durachat_infra.eventlog import LogReader
 from durachat_infra.keys import ClusterKeys, conversation_tag
@@ -134,9 +136,12 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         )
         if settings.admin_key:
             runtime.tenancy = await Tenancy.start(settings, runtime.store, redis, reader)
+        publisher = gateway_publisher(redis, settings)
+        publisher.start()
         try:
             yield
         finally:
+            await publisher.stop()
             if runtime.tenancy is not None:
                 await runtime.tenancy.stop()
             await reader.stop()
@@ -196,6 +201,8 @@ def build_app(settings: GatewaySettings) -> FastAPI:
     app.include_router(branch_write_router(rt, branch_guard))
     app.include_router(admin_router(tenancy))
     app.include_router(tenant_router(tenancy, max_ttl=settings.token_max_ttl))
+    app.include_router(events_router(lambda: rt().redis, settings))
+    app.include_router(webhooks_router(lambda: rt().store, lambda: rt().redis, settings.key_prefix))
     # The AI SDK's HTTP chat transport (useChat).
     app.include_router(
         aisdk_router(
@@ -348,6 +355,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             r.tenancy.sockets[conn] = principal
         tag = conversation_tag(key.tenant, key.agent, key.name)
         CONNECTIONS.inc()
+        connection_event(key, conn.id, opened=True)
         channel: Channel | None = None
         unavailable = False
         cursor = websocket.query_params.get("cursor")
@@ -387,6 +395,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             unavailable = True
         finally:
             CONNECTIONS.dec()
+            connection_event(key, conn.id, opened=False)
             if channel is not None:
                 r.channels.leave(tag, conn)
             await conn.aclose()

@@ -16,6 +16,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from durachat.observability import EventType, emit
 from durachat.protocol import MessageType
 from durachat_gateway.auth.directory import AuthDirectory
 from durachat_gateway.auth.principal import Principal
@@ -89,6 +90,23 @@ def refused_turn(request_id: str, refusal: Refusal) -> list[dict[str, Any]]:
     ]
 
 
+def quota_refused(
+    key: ConversationKey, refusal: Refusal, what: str, *, request_id: str | None = None
+) -> None:
+    """Tell the event feed a quota refused something (`what`: `connection`, `request` or
+    `branch`; docs/observability.md#subscribing-to-events)."""
+    payload: dict[str, Any] = {
+        "quota": refusal.quota,
+        "retryAfter": refusal.retry_after,
+        "refused": what,
+    }
+    if request_id is not None:
+        payload["requestId"] = request_id
+    emit(
+        EventType.QUOTA_REFUSED, agent=key.agent, name=key.name, tenant=key.tenant, payload=payload
+    )
+
+
 def quota_response_body(refusal: Refusal) -> bytes:
     """The JSON body of a 429."""
     return json.dumps(
@@ -158,8 +176,12 @@ class Tenancy:
         handle, or the refusal."""
         refusal = await self.gate.new_conversation(key)
         if refusal is not None:
+            quota_refused(key, refusal, "connection")
             return None, refusal
-        return await self.gate.open_connection(key.tenant)
+        handle, refusal = await self.gate.open_connection(key.tenant)
+        if refusal is not None:
+            quota_refused(key, refusal, "connection")
+        return handle, refusal
 
     async def release_socket(self, tenant: str, handle: str, conn: ClientConnection) -> None:
         """A socket closed."""
@@ -219,12 +241,13 @@ class Tenancy:
             ForwardError: `unavailable` if the counters cannot be reached.
         """
         refusal = self.gate.check_request(key.tenant, frame)
+        if refusal is None:
+            try:
+                _, refusal = await self.gate.admit(key, request_id, size)
+            except UNAVAILABLE as exc:
+                raise ForwardError("unavailable", f"quota counters unreachable: {exc}") from exc
         if refusal is not None:
-            return refusal
-        try:
-            _, refusal = await self.gate.admit(key, request_id, size)
-        except UNAVAILABLE as exc:
-            raise ForwardError("unavailable", f"quota counters unreachable: {exc}") from exc
+            quota_refused(key, refusal, "request", request_id=request_id)
         return refusal
 
     async def check_branch_write(
@@ -247,6 +270,7 @@ class Tenancy:
             return 503, {"code": "database_unavailable", "message": "retry"}, {}
         if refusal is None:
             return None
+        quota_refused(key, refusal, "branch")
         body = json.loads(quota_response_body(refusal))
         return 429, body, {"Retry-After": str(max(1, refusal.retry_after))}
 

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 import httpx
 from arq import cron
-from arq.worker import Worker
+from arq.typing import WorkerCoroutine
+from arq.worker import Function, Worker, func
 from redis.asyncio import Redis
 
 from durachat_infra.cluster import ClusterView, cluster_auth
+from durachat_infra.events import DEFAULT_TENANT, EventPublisher
 from durachat_infra.health import Check, database_check, redis_check, run_checks
 from durachat_infra.jobs.arq_adapter import JOB_DESERIALIZER, JOB_SERIALIZER, arq_redis_settings
-from durachat_infra.keys import ClusterKeys
+from durachat_infra.keys import ClusterKeys, EventKeys
 from durachat_infra.settings import ClusterTiming, JobsSettings
 from durachat_infra.store import Store, migrate
 from durachat_jobs.deps import JobDeps
@@ -20,6 +24,12 @@ from durachat_jobs.health import HealthServer
 from durachat_jobs.membership import sweep_membership
 from durachat_jobs.recovery import recover_orphans
 from durachat_jobs.retention import close_abandoned_streams, sweep_incidents, trim_logs
+from durachat_jobs.webhooks import (
+    JOB_NAME,
+    WebhookDelivery,
+    WebhookDispatcher,
+    deliver_webhook,
+)
 
 
 def queue_name(settings: JobsSettings) -> str:
@@ -54,11 +64,43 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
             await view.stop()
             await redis.aclose()
             raise
+        events = EventPublisher(
+            redis,
+            EventKeys(settings.key_prefix),
+            process=f"jobs:{socket.gethostname()}:{os.getpid()}",
+            default_tenant=DEFAULT_TENANT,
+            settings=settings.events,
+        )
+        events.start()
+        ctx["events"] = events
+        store = Store.from_url(settings.database_url)
+        event_keys = EventKeys(settings.key_prefix)
+        ctx["webhooks"] = WebhookDelivery(
+            redis=redis,
+            store=store,
+            keys=event_keys,
+            settings=settings.webhooks,
+            # Not the cluster's signed client: deliveries leave the cluster.
+            http=httpx.AsyncClient(
+                timeout=httpx.Timeout(settings.webhooks.timeout, connect=5.0),
+                follow_redirects=False,
+            ),
+        )
+        dispatcher = WebhookDispatcher(
+            redis=redis,
+            queue=ctx["redis"],
+            store=store,
+            keys=event_keys,
+            queue_name=queue_name(settings),
+            consumer=f"{socket.gethostname()}:{os.getpid()}",
+        )
+        dispatcher.start()
+        ctx["webhook_dispatcher"] = dispatcher
         ctx["durachat"] = JobDeps(
             redis=redis,
             keys=keys,
             shard_ttl=timing.shard_ttl,
-            store=Store.from_url(settings.database_url),
+            store=store,
             view=view,
             http=httpx.AsyncClient(
                 timeout=httpx.Timeout(10.0, connect=1.0), auth=cluster_auth(settings.cluster_secret)
@@ -72,6 +114,12 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
     async def shutdown(ctx: dict[str, Any]) -> None:
         if "health" in ctx:
             await ctx["health"].stop()
+        if "webhook_dispatcher" in ctx:
+            await ctx["webhook_dispatcher"].stop()
+        if "webhooks" in ctx:
+            await ctx["webhooks"].http.aclose()
+        if "events" in ctx:
+            await ctx["events"].stop()
         deps: JobDeps = ctx["durachat"]
         if deps.view is not None:
             await deps.view.stop()
@@ -87,12 +135,18 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
         if retention >= 60
         else {"second": _every(retention)}
     )
-    functions = [
+    functions: list[Function | WorkerCoroutine] = [
         sweep_membership,
         recover_orphans,
         trim_logs,
         close_abandoned_streams,
         sweep_incidents,
+        func(
+            deliver_webhook,
+            name=JOB_NAME,
+            max_tries=settings.webhooks.max_attempts,
+            keep_result=600,
+        ),
     ]
     return Worker(
         functions=functions,

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from durachat.observability import EventType, emit
 from durachat.protocol import MAIN_BRANCH
 from durachat_infra.store import (
     BranchExistsError,
@@ -41,6 +42,14 @@ class BranchOpIn(BaseModel):
     """create: the UIMessage id to fork at (the branch's leaf when absent)."""
 
 
+def _forked(actor: ConversationActor, payload: dict[str, Any]) -> None:
+    """Tell the event feed a branch was forked (docs/observability.md#subscribing-to-events)."""
+    key = actor.key
+    emit(
+        EventType.BRANCH_FORKED, agent=key.agent, name=key.name, tenant=key.tenant, payload=payload
+    )
+
+
 def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
     return status, {"code": code, "message": message}
 
@@ -58,12 +67,14 @@ async def apply_branch_op(
             await actor.settled_writes()
             target = ConversationKey(op.tenant, op.agent, op.new_name)
             await actor.store.fork_conversation(actor.key, ref, target)
+            _forked(actor, {"op": "fork", "branch": str(ref), "newName": op.new_name})
             return 201, {"agent": op.agent, "name": op.new_name}
         if op.op == "create":
             name = op.new_name or ""
             created = await actor.run_write(
                 lambda tx: tx.create_branch(name, from_branch=ref, fork_message_id=op.at)
             )
+            _forked(actor, {"op": "create", "branch": str(ref), "created": created.to_json()})
             return 201, created.to_json()
         if op.op == "rename":
             name = op.new_name or ""

@@ -23,7 +23,8 @@ from durachat_infra.cluster import (
     cluster_auth,
 )
 from durachat_infra.eventlog import LogWriter
-from durachat_infra.keys import ClusterKeys
+from durachat_infra.events import DEFAULT_TENANT, EventPublisher
+from durachat_infra.keys import ClusterKeys, EventKeys
 from durachat_infra.quotas import QuotaCounters
 from durachat_infra.runtime import settle_heap
 from durachat_infra.settings import ShardSettings
@@ -134,6 +135,14 @@ async def serve(settings: ShardSettings) -> None:
     await view.start()
     await conversations.start()
     await meter.start()
+    events = EventPublisher(
+        redis,
+        EventKeys(settings.key_prefix),
+        process=f"shard:{settings.shard_id}",
+        default_tenant=DEFAULT_TENANT,
+        settings=settings.events,
+    )
+    events.start()
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     log.info(
         "shard %s serving on %s:%s (agents: %s)", settings.shard_id, host, port, agents.names()
@@ -148,6 +157,7 @@ async def serve(settings: ShardSettings) -> None:
         await meter.stop()
         await registration.stop()
         await writer.close()
+        await events.stop()
         server.should_exit = True
         await serving
         await view.stop()

@@ -44,6 +44,7 @@ from durachat_infra.store._tenant_records import (
     SigningKeyRecord,
     TenantRecord,
     TenantRemoval,
+    WebhookRecord,
     check_tenant_id,
 )
 from durachat_infra.store._transaction import FencedTransaction
@@ -99,6 +100,7 @@ __all__ = [
     "UnknownConversationError",
     "UnknownMessageError",
     "UnknownTenantError",
+    "WebhookRecord",
     "check_branch_name",
     "check_tenant_id",
     "migrate",

@@ -27,7 +27,12 @@ from durachat_infra.store._records import (
     TurnStatus,
 )
 from durachat_infra.store._safe_json import decode_column, stored_message
-from durachat_infra.store._tenant_records import ApiKeyRecord, SigningKeyRecord, TenantRecord
+from durachat_infra.store._tenant_records import (
+    ApiKeyRecord,
+    SigningKeyRecord,
+    TenantRecord,
+    WebhookRecord,
+)
 from durachat_infra.store.errors import AmbiguousMessageError, StoreError, UnknownBranchError
 
 
@@ -214,6 +219,7 @@ class MemoryDatabase:
         }
         self.api_keys: dict[str, ApiKeyRecord] = {}
         self.signing_keys: dict[str, SigningKeyRecord] = {}
+        self.webhooks: dict[str, WebhookRecord] = {}
         self.conversations: dict[int, ConversationState] = {}
         self.by_key: dict[ConversationKey, int] = {}
         self.write_lock = asyncio.Lock()

@@ -108,6 +108,8 @@ class MemoryTenants:
                 del database.api_keys[key]
             for kid in [k for k, r in database.signing_keys.items() if r.tenant == tenant_id]:
                 del database.signing_keys[kid]
+            for hook in [k for k, r in database.webhooks.items() if r.tenant == tenant_id]:
+                del database.webhooks[hook]
             del database.tenants[tenant_id]
             return removal
 

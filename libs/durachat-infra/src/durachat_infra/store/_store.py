@@ -43,6 +43,7 @@ from durachat_infra.store._safe_json import stored_message
 from durachat_infra.store._store_turns import TurnReads
 from durachat_infra.store._tenants import TenantStore
 from durachat_infra.store._transaction import FencedTransaction, fence
+from durachat_infra.store._webhooks import WebhookStore
 from durachat_infra.store.errors import (
     ConversationExistsError,
     FencedError,
@@ -59,7 +60,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class Store(TurnReads, TenantStore):
+class Store(TurnReads, TenantStore, WebhookStore):
     """The SQL store of tenants and their keys, conversations, their message trees, branches and
     turns.
 

@@ -94,6 +94,36 @@ class SigningKeyRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class WebhookRecord:
+    """A URL a tenant's events are delivered to (docs/observability.md#webhooks).
+
+    Attributes:
+        id: the webhook's id.
+        tenant: the tenant whose events it receives.
+        url: where deliveries are POSTed (http or https).
+        types: the event type patterns it receives (`prefix:*` globs); empty: every type.
+        secret: the HMAC secret its deliveries are signed with.
+        created_at: when it was registered.
+    """
+
+    id: str
+    tenant: str
+    url: str
+    types: list[str]
+    secret: str
+    created_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        """The webhook as the API shows it (without its secret)."""
+        return {
+            "id": self.id,
+            "url": self.url,
+            "types": list(self.types),
+            "created_at": self.created_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Credentials:
     """Everything needed to check credentials without reading the database per request: every
     tenant, every API key not revoked, every signing key."""

@@ -22,7 +22,15 @@ from durachat_infra.store._tenant_records import (
 )
 from durachat_infra.store._types import utcnow
 from durachat_infra.store.errors import StoreError, TenantExistsError, UnknownTenantError
-from durachat_infra.store.models import ApiKey, Branch, Message, SigningKey, Tenant, Turn
+from durachat_infra.store.models import (
+    ApiKey,
+    Branch,
+    Message,
+    SigningKey,
+    Tenant,
+    Turn,
+    Webhook,
+)
 from durachat_infra.store.models import Conversation as ConversationRow
 
 _TENANT_COLUMNS: tuple[Any, ...] = (
@@ -168,6 +176,7 @@ class TenantStore(StoreCore):
             )
             await conn.execute(delete(ApiKey).where(ApiKey.tenant_id == tenant_id))
             await conn.execute(delete(SigningKey).where(SigningKey.tenant_id == tenant_id))
+            await conn.execute(delete(Webhook).where(Webhook.tenant_id == tenant_id))
             await conn.execute(delete(Tenant).where(Tenant.id == tenant_id))
             return removal
 

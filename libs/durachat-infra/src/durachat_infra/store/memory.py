@@ -39,6 +39,7 @@ from durachat_infra.store._memory_data import (
 )
 from durachat_infra.store._memory_tenants import MemoryTenants
 from durachat_infra.store._memory_transaction import MemoryTransaction
+from durachat_infra.store._memory_webhooks import MemoryWebhooks
 from durachat_infra.store._records import (
     OPEN_TURN_STATUSES,
     BranchRecord,
@@ -67,7 +68,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class MemoryStore(MemoryTenants):
+class MemoryStore(MemoryTenants, MemoryWebhooks):
     """Tenants and their keys, conversations, message trees, branches, turns, tool calls and
     recovery incidents in memory (see `durachat_infra.store.port.StorePort` for the contract).
 

@@ -45,6 +45,7 @@ __all__ = [
     "SigningKey",
     "Tenant",
     "Turn",
+    "Webhook",
 ]
 
 NAMING_CONVENTION = {
@@ -112,6 +113,22 @@ class SigningKey(Base):
     secret: Mapped[str]
     created_at: Mapped[datetime] = mapped_column(default=utcnow, server_default=func.now())
     retires_at: Mapped[datetime | None]
+
+
+class Webhook(Base):
+    """A URL a tenant's events are delivered to (docs/observability.md#webhooks), with the
+    secret its deliveries are signed with."""
+
+    __tablename__ = "webhooks"
+    __table_args__ = (Index(None, "tenant_id"),)
+
+    id: Mapped[str] = mapped_column(primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    url: Mapped[str]
+    types: Mapped[list[str] | None] = mapped_column(JSONText)
+    """The event type patterns it receives (`None`: every type)."""
+    secret: Mapped[str]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, server_default=func.now())
 
 
 class Conversation(_Timestamps, Base):

@@ -36,6 +36,7 @@ from durachat_infra.store._tenant_records import (
     SigningKeyRecord,
     TenantRecord,
     TenantRemoval,
+    WebhookRecord,
 )
 
 __all__ = ["StorePort", "TenantStorePort", "TransactionPort"]
@@ -256,6 +257,26 @@ class TenantStorePort(Protocol):
     async def load_credentials(self) -> Credentials:
         """Every tenant, every API key not revoked and every signing key: what a gateway
         checks credentials against without a database read per request."""
+        ...
+
+    async def add_webhook(
+        self, tenant_id: str, webhook_id: str, *, url: str, types: list[str], secret: str
+    ) -> WebhookRecord:
+        """Register a webhook of the tenant. `UnknownTenantError` for an unknown tenant,
+        `StoreError` if `webhook_id` is taken."""
+        ...
+
+    async def list_webhooks(self, tenant_id: str) -> list[WebhookRecord]:
+        """The tenant's webhooks, oldest first."""
+        ...
+
+    async def get_webhook(self, tenant_id: str, webhook_id: str) -> WebhookRecord | None:
+        """The tenant's webhook `webhook_id`, or `None` (a webhook of another tenant is not
+        found)."""
+        ...
+
+    async def delete_webhook(self, tenant_id: str, webhook_id: str) -> bool:
+        """Delete the tenant's webhook `webhook_id`; False if the tenant has no such one."""
         ...
 
 

@@ -17,10 +17,14 @@ Branches: `ChatClient.connect(..., branch=...)` views a branch; `client.branch`,
 new branch; `client.siblings(message_id)` and `client.alternatives(message_id)` (a "2 / 3"
 picker and the branch that shows each alternative), `create_branch`, `rename_branch`,
 `delete_branch` and `fork_conversation`.
+
+Events: `async for event in EventsClient(url, headers=…).events(types=["chat:turn:*"])` follows
+the gateway's event feed, resuming after the last event on a reconnect.
 """
 
 from durachat.client.chat import ChatClient, Connecting, FrameHook, ReplyHook
 from durachat.client.errors import ClientError
+from durachat.client.events import EventsClient
 from durachat.client.reply import OUTCOMES, Outcome, Reply, message_text
 from durachat.client.tools import ToolCall, ToolCallHook, WaitingState
 from durachat.client.transcript import edit_transcript, new_message_id
@@ -40,6 +44,7 @@ __all__ = [
     "ChatClient",
     "ClientError",
     "Connecting",
+    "EventsClient",
     "FrameHook",
     "Outcome",
     "Reply",

@@ -22,6 +22,7 @@ from typing import Any, TextIO, TypeVar
 from durachat.client.admin_cli import add_admin_commands, run_admin
 from durachat.client.chat import ChatClient
 from durachat.client.errors import ClientError
+from durachat.client.events_cli import add_events_command, run_events
 from durachat.client.reply import Outcome, Reply, message_text
 from durachat.client.urls import branch_query, fetch_history, is_branch
 from durachat.protocol import MAIN_BRANCH
@@ -37,7 +38,8 @@ examples:
   durachat chat "hello"     send one message, print the reply, exit
   durachat chat             chat interactively (/help lists the commands)
   durachat history          print the conversation
-  durachat history --branch 57   print a branch of it (by id or name)"""
+  durachat history --branch 57   print a branch of it (by id or name)
+  durachat events --follow --types 'chat:turn:*'   follow the event feed (JSON lines)"""
 
 HELP = """\
 commands:
@@ -100,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "history":
             return _history(args)
+        if args.command == "events":
+            return run_events(args, _auth())
         if args.message is not None:
             return _one_shot(args)
         return _interactive(args)
@@ -145,6 +149,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print the conversation",
         description="Print the conversation's transcript.",
     )
+    add_events_command(commands, common)
     commands.add_parser("load", add_help=False, help="load-test a server (durachat load --help)")
     add_admin_commands(commands, common)
     return parser

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from durachat.loadtest.base import ChatSocketUser
+    from durachat.loadtest.feed import EventFeedUser
     from durachat.loadtest.users import (
         BranchUser,
         ChatUser,
@@ -30,6 +31,7 @@ _USERS = {
     "ChatSocketUser": "durachat.loadtest.base",
     "BranchUser": "durachat.loadtest.users",
     "ChatUser": "durachat.loadtest.users",
+    "EventFeedUser": "durachat.loadtest.feed",
     "IdleTabUser": "durachat.loadtest.users",
     "LongReplyUser": "durachat.loadtest.users",
     "ResumeUser": "durachat.loadtest.users",
@@ -41,6 +43,7 @@ __all__ = [
     "BranchUser",
     "ChatSocketUser",
     "ChatUser",
+    "EventFeedUser",
     "IdleTabUser",
     "LongReplyUser",
     "ResumeUser",

@@ -34,6 +34,7 @@ SCENARIOS: Final = {
     "branches": "BranchUser",
     "idle": "IdleTabUser",
     "tabs": "SecondTabUser",
+    "events": "EventFeedUser",
 }
 """`--scenario` names and the user classes of `durachat.loadtest.users` they run."""
 

@@ -6,6 +6,7 @@ Pick the user classes by name (all of them by default, with their weights), or w
 locustfile that imports them (docs/load-testing.md).
 """
 
+from durachat.loadtest.feed import EventFeedUser
 from durachat.loadtest.users import (
     BranchUser,
     ChatUser,
@@ -19,6 +20,7 @@ from durachat.loadtest.users import (
 __all__ = [
     "BranchUser",
     "ChatUser",
+    "EventFeedUser",
     "IdleTabUser",
     "LongReplyUser",
     "ResumeUser",

@@ -31,6 +31,15 @@ class EventType:
     STREAM_STALLED: Final = "chat:stream:stalled"
     TRANSCRIPT_REPAIRED: Final = "chat:transcript:repaired"
     TRANSCRIPT_FORKED: Final = "chat:transcript:forked"
+    TURN_STARTED: Final = "chat:turn:started"
+    TURN_FINISHED: Final = "chat:turn:finished"
+    TURN_FAILED: Final = "chat:turn:failed"
+    TOOL_CALL: Final = "tool:call"
+    TOOL_APPROVAL_REQUESTED: Final = "tool:approval:requested"
+    BRANCH_FORKED: Final = "chat:branch:forked"
+    CONNECTION_OPENED: Final = "chat:connection:opened"
+    CONNECTION_CLOSED: Final = "chat:connection:closed"
+    QUOTA_REFUSED: Final = "chat:quota:refused"
 
 
 EVENT_TYPES: Final[frozenset[str]] = frozenset(

@@ -9,7 +9,8 @@ later is closed until it is listed here. What passes gets its `Principal` in the
 | --- | --- |
 | health checks | nothing |
 | `/v1/admin/…`, `/v1/cluster…`, `/metrics` | the admin key |
-| `/v1/tokens`, `/v1/usage` | a tenant's API key |
+| `/v1/tokens`, `/v1/usage`, `/v1/webhooks…` | a tenant's API key |
+| `/v1/events`, `/v1/events/ws` | the admin key, an API key, or a token with the `events` scope |
 | `/agents/{agent}/{name}…` | an API key, or a token covering the conversation and the scope |
 | OpenAPI docs, anything else | any valid credential |
 
@@ -44,6 +45,11 @@ HEALTH_PATHS: Final = frozenset({"/healthz", "/readyz", "/livez", "/health"})
 """Routes open to anyone (probes of an orchestrator)."""
 ADMIN_PREFIXES: Final = ("/v1/admin", "/v1/cluster", "/metrics")
 TENANT_KEY_PATHS: Final = frozenset({"/v1/tokens", "/v1/usage"})
+WEBHOOKS_PREFIX: Final = "/v1/webhooks"
+"""A tenant's webhooks (API key; open mode: the open tenant's)."""
+EVENTS_PATHS: Final = frozenset({"/v1/events", "/v1/events/ws"})
+"""The event feed: what each credential sees of it is decided by the route
+(`durachat_gateway.events_api`)."""
 AGENTS_PREFIX: Final = "/agents/"
 
 
@@ -120,7 +126,11 @@ def _authorize(principal: Principal, scope: Scope, path: str) -> Principal:
         if principal.kind != "admin":
             raise AuthError("admin_key_required", "this route needs the admin key", status=403)
         return principal
-    if path in TENANT_KEY_PATHS:
+    if path in EVENTS_PATHS:
+        if principal.kind == "token" and not principal.allows("events"):
+            raise AuthError("insufficient_scope", "the token lacks the 'events' scope", status=403)
+        return principal
+    if path in TENANT_KEY_PATHS or _is_webhooks(path):
         if principal.kind != "key":
             raise AuthError("api_key_required", "this route needs a tenant's API key", status=403)
         return principal
@@ -141,6 +151,10 @@ def _authorize(principal: Principal, scope: Scope, path: str) -> Principal:
                     "insufficient_scope", f"the token lacks the {needed!r} scope", status=403
                 )
     return principal
+
+
+def _is_webhooks(path: str) -> bool:
+    return path == WEBHOOKS_PREFIX or path.startswith(WEBHOOKS_PREFIX + "/")
 
 
 def _credential(scope: Scope) -> tuple[str | None, bool]:

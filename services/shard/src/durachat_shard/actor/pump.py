@@ -14,7 +14,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from durachat.messages import ReplyAssembler
-from durachat.types import UIChunk, UIMessage
+from durachat.observability import EventType
+from durachat.types import JSONDict, UIChunk, UIMessage
 from durachat_shard import metrics
 from durachat_shard.actor.ports import TurnSink
 from durachat_shard.recovery import Splice
@@ -39,6 +40,7 @@ class ChunkPump:
         splice: Splice | None,
         stall_after: float,
         on_approval: Callable[[UIMessage], None],
+        on_event: Callable[[str, JSONDict], None] | None = None,
     ) -> None:
         self._request_id = request_id
         self._assembler = assembler
@@ -47,6 +49,7 @@ class ChunkPump:
         self._splice = splice
         self._stall_after = stall_after
         self._on_approval = on_approval
+        self._on_event = on_event
         # A spliced stream continues one clients have seen start already.
         self._started = splice is not None
         self._began = time.monotonic()
@@ -92,6 +95,28 @@ class ChunkPump:
         if out is not None and out["type"] == "tool-approval-request":
             # Stored at once, so a reload shows the approval to answer.
             self._on_approval(self._assembler.message)
+        if out is not None and self._on_event is not None:
+            self._tool_event(out)
+
+    def _tool_event(self, chunk: UIChunk) -> None:
+        """Tell the event feed about a tool call or an approval asked for
+        (docs/observability.md#subscribing-to-events)."""
+        assert self._on_event is not None
+        kind = chunk["type"]
+        if kind == "tool-input-available":
+            payload: JSONDict = {
+                "requestId": self._request_id,
+                "toolCallId": chunk.get("toolCallId"),
+                "toolName": chunk.get("toolName"),
+            }
+            self._on_event(EventType.TOOL_CALL, payload)
+        elif kind == "tool-approval-request":
+            payload = {
+                "requestId": self._request_id,
+                "toolCallId": chunk.get("toolCallId"),
+                "approvalId": chunk.get("approvalId"),
+            }
+            self._on_event(EventType.TOOL_APPROVAL_REQUESTED, payload)
 
     def _send(self, chunk: UIChunk | None) -> None:
         if chunk is None:

@@ -20,6 +20,7 @@ from typing import cast
 from durachat.agent import Turn, TurnResult, TurnStatusName
 from durachat.messages import ReplyAssembler, new_assistant_id, repair_transcript
 from durachat.models import ModelError
+from durachat.observability import EventType
 from durachat.protocol import MAIN_BRANCH
 from durachat.tools import ToolLedger
 from durachat.types import JSONDict, UIChunk, UIMessage
@@ -113,6 +114,14 @@ class TurnRunner:
             ledger=self._ledger,
         )
         self._state.inflight = stream.assembler.message
+        self._event(
+            EventType.TURN_STARTED,
+            {
+                "requestId": request.request_id,
+                "continuation": turn.continuation,
+                "recovered": queued.recovery is not None,
+            },
+        )
         ending = await self._stream(turn, stream)
         if ending.stalled:
             log.warning("request %s: the model stream stalled", request.request_id)
@@ -196,6 +205,7 @@ class TurnRunner:
             splice=stream.splice,
             stall_after=self._agent.stream_stall_timeout,
             on_approval=self._keep_approval,
+            on_event=self._event,
         )
         ending = _Ending()
         # Two waiters per turn rather than per chunk: the chunk loop stays tight and a cancel
@@ -317,6 +327,15 @@ class TurnRunner:
         self._event(
             "message:error" if outcome == "error" else "message:response",
             {"requestId": request_id, "status": outcome} | ({"error": error} if error else {}),
+        )
+        self._event(
+            EventType.TURN_FAILED if outcome == "error" else EventType.TURN_FINISHED,
+            {
+                "requestId": request_id,
+                "outcome": outcome,
+                "messageId": str(stream.assembler.message["id"]),
+            }
+            | ({"error": error} if error else {}),
         )
         # A turn ends completed, aborted or error, all of which are `TurnResult` statuses.
         return TurnResult(
