@@ -42,7 +42,9 @@ from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import ClientConnection
 from durachat_gateway.forwarder import Forwarder, ForwardError
 from durachat_gateway.playground import mount_playground
+from durachat_gateway.quota_gate import TENANT_CONNECTIONS
 from durachat_gateway.readiness import readiness_router
+from durachat_gateway.telemetry import receive_span
 from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body, refused_turn
 from durachat_gateway.tenant_api import tenant_router
 from durachat_infra.cluster import ClusterView, cluster_auth
@@ -122,6 +124,8 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         )
         if settings.admin_key:
             runtime.tenancy = await Tenancy.start(settings, runtime.store, redis, reader)
+        # Read at each scrape, on whichever listener serves it.
+        CHANNELS.set_function(lambda: len(runtime.channels) if runtime is not None else 0)
         try:
             yield
         finally:
@@ -192,7 +196,6 @@ def build_app(settings: GatewaySettings) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        CHANNELS.set(len(rt().channels))
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/cluster")
@@ -299,6 +302,10 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             r.tenancy.sockets[conn] = principal
         tag = conversation_tag(key.tenant, key.agent, key.name)
         CONNECTIONS.inc()
+        # Auth mode counts a tenant's sockets in its quota gate; open mode has one tenant.
+        open_tenant = TENANT_CONNECTIONS.labels(key.tenant) if r.tenancy is None else None
+        if open_tenant is not None:
+            open_tenant.inc()
         channel: Channel | None = None
         unavailable = False
         cursor = websocket.query_params.get("cursor")
@@ -338,6 +345,8 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             unavailable = True
         finally:
             CONNECTIONS.dec()
+            if open_tenant is not None:
+                open_tenant.dec()
             if channel is not None:
                 r.channels.leave(tag, conn)
             await conn.aclose()
@@ -458,6 +467,10 @@ def _forward(
     )
 
     async def deliver() -> None:
+        with receive_span(frame, key.tenant, key.agent):
+            await _deliver()
+
+    async def _deliver() -> None:
         try:
             if admit:
                 assert tenancy is not None and isinstance(request_id, str)

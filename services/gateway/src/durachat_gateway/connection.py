@@ -13,6 +13,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from durachat.protocol import MAIN_BRANCH, encode_json
 from durachat.protocol.server_frames import error_frame
+from durachat_gateway.telemetry import FRAMES_OUT, SLOW_CONSUMERS
 from durachat_infra.eventlog import LogEntry, with_cursor, with_replay_flag
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,9 @@ class ClientConnection:
             return
         try:
             self._queue.put_nowait(text)
+            FRAMES_OUT.inc()
         except asyncio.QueueFull:
+            SLOW_CONSUMERS.inc()
             log.warning("client %s is too slow; disconnecting it", self.id)
             self.closed = True
             asyncio.get_running_loop().create_task(self._close(SLOW_CONSUMER_CLOSE))

@@ -11,6 +11,7 @@ from durachat.models._litellm import CompletionStream, open_stream, to_model_err
 from durachat.models._ui_chunks import UIChunkConverter
 from durachat.models.scripted import PROVIDER as _SCRIPTED_PROVIDER
 from durachat.models.scripted import register_scripted_model
+from durachat.observability.genai import ModelCallSpan
 from durachat.types import JSONDict, UIChunk
 
 __all__ = ["stream_ui_chunks", "to_chat_messages"]
@@ -119,6 +120,11 @@ async def stream_ui_chunks(
         kwargs["tools"] = tools
     guard = _AbortGuard(abort) if abort is not None else None
     stream: CompletionStream | None = None
+    # The call's span (docs/observability.md#traces); per chunk only `recording` is tested.
+    call = ModelCallSpan(model, tools=len(tools or ()))
+    recording = call.recording
+    converter = UIChunkConverter()
+    failure: BaseException | None = None
     try:
         try:
             opening = open_stream(model, messages, **kwargs)
@@ -126,9 +132,9 @@ async def stream_ui_chunks(
         except _AbortedError:
             return
         except Exception as exc:
-            raise to_model_error(exc) from exc
+            failure = to_model_error(exc)
+            raise failure from exc
         yield {"type": "start-step"}
-        converter = UIChunkConverter()
         out: list[UIChunk] = []
         next_chunk = stream.__anext__
         while True:
@@ -139,7 +145,10 @@ async def stream_ui_chunks(
             except _AbortedError:
                 return
             except Exception as exc:
-                raise to_model_error(exc) from exc
+                failure = to_model_error(exc)
+                raise failure from exc
+            if recording:
+                call.chunk(chunk)
             converter.feed(chunk, out)
             if out:
                 for ui_chunk in out:
@@ -153,6 +162,7 @@ async def stream_ui_chunks(
         yield {"type": "finish-step"}
         yield {"type": "finish", "finishReason": finish_reason}
     finally:
+        call.end(finish_reason=converter.finish_reason, error=failure)
         if guard is not None:
             guard.close()
         if stream is not None:

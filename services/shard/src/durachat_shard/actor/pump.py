@@ -21,6 +21,8 @@ from durachat_shard.recovery import Splice
 
 log = logging.getLogger(__name__)
 
+_CHUNKS = metrics.CHUNKS
+
 
 class StreamStalledError(Exception):
     """The model stream was silent for longer than the agent's `stream_stall_timeout`."""
@@ -98,6 +100,7 @@ class ChunkPump:
             return
         continuation = self._assembler.continuation
         self._emit.chunk(self._request_id, self.seq, chunk, continuation=continuation)
+        _CHUNKS.inc()
         self.seq += 1
 
 
