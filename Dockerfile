@@ -54,6 +54,7 @@ RUN groupadd --system --gid "${UID}" durachat \
 COPY --from=build /opt/durachat /opt/durachat
 # LITELLM_LOCAL_MODEL_COST_MAP: litellm reads its bundled price list instead of fetching one
 # at import. The listeners bind every interface; ports are set by the compose file and chart.
+# Logs are JSON lines with trace ids, for a log collector (docs/observability.md#logs).
 ENV PATH=/opt/durachat/bin:$PATH \
     PYTHONPATH=/app \
     PYTHONUNBUFFERED=1 \
@@ -61,9 +62,10 @@ ENV PATH=/opt/durachat/bin:$PATH \
     LITELLM_LOCAL_MODEL_COST_MAP=True \
     DURACHAT_HOST=0.0.0.0 \
     DURACHAT_SHARD_HOST=0.0.0.0 \
-    DURACHAT_JOBS_HOST=0.0.0.0
+    DURACHAT_JOBS_HOST=0.0.0.0 \
+    DURACHAT_LOG_FORMAT=json
 WORKDIR /app
 USER ${UID}:${UID}
-# gateway (public), shard (internal API), jobs (health and metrics)
-EXPOSE 8080 8081 8082
+# gateway (public), shard (internal API), jobs (health and metrics), metrics (gateway, shard)
+EXPOSE 8080 8081 8082 9100
 CMD ["durachat-gateway"]
