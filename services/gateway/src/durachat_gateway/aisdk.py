@@ -38,6 +38,7 @@ from durachat_gateway.branch_frames import resolve_branch
 from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import ClientConnection
 from durachat_gateway.forwarder import Forwarder, ForwardError
+from durachat_gateway.telemetry import receive_span
 from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body
 from durachat_infra.keys import conversation_tag
 from durachat_infra.store import (
@@ -181,7 +182,9 @@ def aisdk_router(runtime: Callable[[], AiSdkRuntime], *, send_queue_limit: int) 
             "branch": conn.branch,
             "frame": frame,
         }
-        await runtime().forwarder.forward(tag, payload)
+        # A chat request is a `chat.receive` span, as on a WebSocket (docs/observability.md).
+        with receive_span(frame, key.tenant, key.agent):
+            await runtime().forwarder.forward(tag, payload)
 
     def respond(conn: StreamConnection, tag: str, chunks: AsyncIterator[str]) -> StreamingResponse:
         async def events() -> AsyncIterator[str]:
