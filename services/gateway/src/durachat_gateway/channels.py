@@ -98,8 +98,11 @@ class Channel:
     def deliver(self, entries: list[LogEntry]) -> None:
         """Fan entries out to the local connections, in order: each connection gets what its
         branch's turns send, and what concerns every branch."""
-        now = time.time()
         spans = self._spans
+        # The delivery latency of the oldest entry sent, once per batch: entries read together
+        # are delivered together, and one observation costs as much as the rest of a chunk's
+        # fan-out on a quiet channel.
+        first_sent: str | None = None
         for entry in entries:
             branch = branch_of(entry.branch)
             if spans is not None and spans.tracks(entry):
@@ -125,8 +128,8 @@ class Channel:
                     else:
                         self._send(conn, entry)
                         sent = True
-                if sent:
-                    observe_delivery(entry.id, now)
+                if sent and first_sent is None:
+                    first_sent = entry.id
             # State changes apply after delivery: a connection released by the end of a stream
             # does not get that stream's terminal frame without its chunks.
             change = entry.state_change()
@@ -140,6 +143,8 @@ class Channel:
         if entries:
             self._delivered = entry_id_key(entries[-1].id)
             self._progress.set()
+        if first_sent is not None:
+            observe_delivery(first_sent, time.time())
 
     def _track(self, spans: DeliveryTracker, entry: LogEntry) -> None:
         if entry.kind is Kind.CONTROL:

@@ -30,7 +30,8 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 DELIVERY_LATENCY = Histogram(
     "durachat_gateway_delivery_latency_seconds",
-    "From an event log entry's time (its id) to its frame being handed to the client sockets",
+    "From an event log entry's time (its id) to its frame being handed to the client sockets "
+    "(the oldest entry of each batch read together)",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
 FRAMES_OUT = Counter("durachat_gateway_frames_out_total", "Frames queued for client sockets")
