@@ -322,13 +322,16 @@ async def test_a_lease_lost_while_paused_is_counted(cluster: LocalCluster) -> No
 async def test_a_killed_shards_turn_is_recovered_in_a_span_linked_to_its_trace(
     cluster: LocalCluster, receiver: OtlpReceiver
 ) -> None:
+    cluster.wait_ready(60)  # a shard paused by an earlier test is back
     name = f"killed-{time.time_ns()}"
     client = await WsClient.connect(cluster.urls[0], AGENT, name)
     request = chat_request([user_message("a slow story")])
     await client.send(request)
     rid = str(request["id"])
     await client.wait_for(lambda f: f.get("id") == rid and f.get("seq") == 12, timeout=20)
-    owner = await _owner(cluster, name)
+    # The shard running the turn: the one whose span accepted it.
+    accepted = await eventually(lambda: _async(_named(receiver.snapshot(), "chat.accept", rid)))
+    owner = next(p for p in cluster.processes if p.name == accepted.instance)
     jobs_before = await _scrape(cluster, "jobs-1")
     os.kill(owner.pid, signal.SIGKILL)
     owner.popen.wait(10)
