@@ -120,11 +120,13 @@ def run_paired(
                         results[mode].append(runner.load()["chunks_per_s"])
                         shown = f"{fmt(results[mode][-1])} chunks/s"
                     log(f"  paired {phase} {block + 1}/{blocks} {mode}: {shown}")
+        exported = {mode: target.exported() for mode, target in targets.items()}
     finally:
         for target in targets.values():
             if target.stop is not None:
                 target.stop()
     return {
+        "otlp_received": exported,
         "blocks": blocks,
         "conversations": small.conversations,
         "next_message_ttft_p50_ms": ttft,

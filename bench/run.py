@@ -335,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{name} up in {startup:.1f}s")
                 result = run_target(target, pool, params)
                 result["startup_s"] = round(startup, 1)
+                if target.otlp_endpoint is not None:
+                    result["otlp_received"] = target.exported()
+                    log(f"{name}: the OTLP receiver got {result['otlp_received']}")
                 result["machine_busy_before_pct"] = round(busy, 1)
                 document["results"][name] = result
             except KeyboardInterrupt:

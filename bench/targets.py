@@ -34,6 +34,16 @@ class Target:
     redis_url: str | None = None
     query: str = ""
     """Extra query parameters of every client socket (`token=…` for a cluster in auth mode)."""
+    otlp_endpoint: str | None = None
+    """The local OTLP receiver of a traced cluster (its `/stats` counts what it received)."""
+
+    def exported(self) -> dict[str, int] | None:
+        """What the OTLP receiver of a traced cluster received so far (requests, spans)."""
+        if self.otlp_endpoint is None:
+            return None
+        with urllib.request.urlopen(self.otlp_endpoint + "/stats", timeout=10) as response:
+            stats: dict[str, int] = json.load(response)
+            return stats
 
 
 class BenchCluster(LocalCluster):
@@ -98,6 +108,7 @@ def start_durachat(
     if auth:
         env["DURACHAT_ADMIN_KEY"] = BENCH_ADMIN_KEY
     sink: Proc | None = None
+    endpoint = ""
     if traced:
         endpoint, sink = start_otlp_sink(var_dir, cleanup)
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
@@ -134,6 +145,7 @@ def start_durachat(
         cluster.stop,
         cluster.redis_url,
         query=f"token={_bench_token(cluster.urls[0])}" if auth else "",
+        otlp_endpoint=endpoint if traced else None,
     )
 
 
