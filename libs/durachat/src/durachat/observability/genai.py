@@ -22,8 +22,17 @@ from opentelemetry.trace import Span, SpanKind, StatusCode
 from durachat.observability.tracing import TRACER_NAME, tracer_provider
 
 
+_tracers: dict[int, tuple[trace.TracerProvider, trace.Tracer]] = {}
+
+
 def _tracer() -> trace.Tracer:
-    return tracer_provider().get_tracer(TRACER_NAME)
+    """The tracer of the current provider, made once per provider (an SDK makes a new one at
+    every `get_tracer`)."""
+    provider = tracer_provider()
+    known = _tracers.get(id(provider))
+    if known is None or known[0] is not provider:
+        known = _tracers[id(provider)] = (provider, provider.get_tracer(TRACER_NAME))
+    return known[1]
 
 
 def model_system(model: str) -> str:
