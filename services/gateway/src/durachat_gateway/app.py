@@ -144,6 +144,9 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
+        # FastAPI's own spans would wrap every WebSocket message: durachat's spans are per
+        # request and per turn (docs/observability.md#traces).
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
 
     def rt() -> Runtime:

@@ -108,7 +108,13 @@ def build_api(
     cluster_secret: str | None = None,
 ) -> FastAPI:
     """The internal API of one shard; with `cluster_secret`, only signed calls get through."""
-    app = FastAPI(title="durachat shard (internal)", docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="durachat shard (internal)",
+        docs_url=None,
+        redoc_url=None,
+        # The chat request's own spans cover this call (docs/observability.md#traces).
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
     if cluster_secret:
         app.add_middleware(RequireClusterSignature, secret=cluster_secret, open_paths=OPEN_PATHS)
 
