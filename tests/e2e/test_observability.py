@@ -201,6 +201,7 @@ async def test_every_metric_moves_when_its_event_happens(cluster: LocalCluster) 
     client = await WsClient.connect(cluster.urls[0], AGENT, name, cursor="")
     await _chat(client, "one two three")
     await _chat(client, "an error please")
+    await client.send("{not json")  # refused by the gateway: invalid_json
     owner = (await _owner(cluster, name)).name
 
     async def gateway_moved() -> Samples | None:
@@ -216,6 +217,8 @@ async def test_every_metric_moves_when_its_event_happens(cluster: LocalCluster) 
             + 2,
             _value(now, "durachat_gateway_frames_out_total")
             > _value(gateway_before, "durachat_gateway_frames_out_total") + 10,
+            _value(now, "durachat_gateway_frame_errors_total", code="invalid_json")
+            > _value(gateway_before, "durachat_gateway_frame_errors_total", code="invalid_json"),
             _value(now, "durachat_gateway_delivery_latency_seconds_count")
             >= _value(gateway_before, "durachat_gateway_delivery_latency_seconds_count") + 2,
         ]
