@@ -21,7 +21,6 @@ from opentelemetry.trace import Span, SpanKind, StatusCode
 
 from durachat.observability.tracing import TRACER_NAME, tracer_provider
 
-
 _tracers: dict[int, tuple[trace.TracerProvider, trace.Tracer]] = {}
 
 
