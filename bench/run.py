@@ -31,6 +31,7 @@ from bench.recovery import recovery_rows, run_recovery
 from bench.report import reference_rows, render, rows
 from bench.stats import render_table
 from bench.targets import Target, remove_tree, start_baseline, start_durachat
+from bench.tracing_cost import render_tracing, tracing_rows
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -54,7 +55,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--targets",
         default="durachat,baseline,recovery,branches",
         help="comma-separated: durachat,baseline,recovery,branches,durachat-auth (durachat in "
-        "auth mode; `make bench-auth` compares it with durachat)",
+        "auth mode; `make bench-auth` compares it with durachat),durachat-traced (every turn "
+        "traced and exported; `make bench-tracing`)",
     )
     parser.add_argument(
         "--kills", type=int, default=None, help="SIGKILLs in the recovery bench (6; quick: 2)"
@@ -322,6 +324,14 @@ def main(argv: list[str] | None = None) -> int:
                     target = start_durachat(
                         run_dir / name, cleanup, profile=profile, profile_dir=profile_dir, auth=True
                     )
+                elif name == "durachat-traced":
+                    target = start_durachat(
+                        run_dir / name,
+                        cleanup,
+                        profile=profile,
+                        profile_dir=profile_dir,
+                        traced=True,
+                    )
                 elif name == "baseline":
                     target = start_baseline(
                         run_dir / "baseline", cleanup, profile=profile, profile_dir=profile_dir
@@ -332,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{name} up in {startup:.1f}s")
                 result = run_target(target, pool, params)
                 result["startup_s"] = round(startup, 1)
+                if target.otlp_endpoint is not None:
+                    result["otlp_received"] = target.exported()
+                    log(f"{name}: the OTLP receiver got {result['otlp_received']}")
                 result["machine_busy_before_pct"] = round(busy, 1)
                 document["results"][name] = result
             except KeyboardInterrupt:
@@ -361,6 +374,17 @@ def main(argv: list[str] | None = None) -> int:
                 failed = True
                 document["failures"]["auth_paired"] = traceback.format_exc()
                 log(f"auth cost failed:\n{traceback.format_exc()}")
+        if pool is not None and {"durachat", "durachat-traced"} <= set(load_targets):
+            log("tracing cost: both clusters side by side, alternating blocks ...")
+            pool.reset()
+            try:
+                document["tracing_paired"] = run_paired(
+                    run_dir / "paired-tracing", cleanup, pool, params, log=log, variant="traced"
+                )
+            except Exception:
+                failed = True
+                document["failures"]["tracing_paired"] = traceback.format_exc()
+                log(f"tracing cost failed:\n{traceback.format_exc()}")
         if pool is not None:
             pool.close()
             cleanup.remove("load generators")
@@ -416,6 +440,12 @@ def main(argv: list[str] | None = None) -> int:
             document["results"], document["params"], judged=paired is None
         ) + (paired_rows(paired) if paired else [])
         print(render_auth(document["auth_table"]))
+        print()
+    if document["results"].get("durachat-traced") and document["results"].get("durachat"):
+        document["tracing_table"] = tracing_rows(
+            document["results"], document["params"], document.get("tracing_paired")
+        )
+        print(render_tracing(document["tracing_table"]))
         print()
     if "recovery" in document:
         document["recovery_table"] = recovery_rows(document["recovery"])

@@ -34,6 +34,16 @@ class Target:
     redis_url: str | None = None
     query: str = ""
     """Extra query parameters of every client socket (`token=…` for a cluster in auth mode)."""
+    otlp_endpoint: str | None = None
+    """The local OTLP receiver of a traced cluster (its `/stats` counts what it received)."""
+
+    def exported(self) -> dict[str, int] | None:
+        """What the OTLP receiver of a traced cluster received so far (requests, spans)."""
+        if self.otlp_endpoint is None:
+            return None
+        with urllib.request.urlopen(self.otlp_endpoint + "/stats", timeout=10) as response:
+            stats: dict[str, int] = json.load(response)
+            return stats
 
 
 class BenchCluster(LocalCluster):
@@ -68,6 +78,19 @@ def cluster_env() -> dict[str, str]:
 BENCH_ADMIN_KEY = "bench-admin-key"
 
 
+def start_otlp_sink(var_dir: Path, cleanup: Cleanup) -> tuple[str, Proc]:
+    """A local OTLP/HTTP receiver (`bench.otlp_sink`); returns its endpoint and process."""
+    port = free_port()
+    sink = spawn(
+        ["-m", "bench.otlp_sink", "--port", str(port)],
+        env=child_env(),
+        log=var_dir / "logs" / "otlp-sink.log",
+    )
+    cleanup.add(f"otlp sink {port}", lambda: terminate(sink))
+    _wait_http(f"http://127.0.0.1:{port}/stats", 60, [sink])
+    return f"http://127.0.0.1:{port}", Proc("otlp-sink", "otlp-sink", sink.pid)
+
+
 def start_durachat(
     var_dir: Path,
     cleanup: Cleanup,
@@ -75,13 +98,21 @@ def start_durachat(
     profile: frozenset[str],
     profile_dir: Path,
     auth: bool = False,
+    traced: bool = False,
 ) -> Target:
     """Start 1 gateway, 2 shards and 1 jobs worker with an embedded Redis; with `auth`, in auth
     mode (docs/security.md), every client socket carrying a client token of a tenant without
-    quota limits, as a browser app's would."""
+    quota limits, as a browser app's would; with `traced`, every turn traced (100 % sampling)
+    and exported over OTLP/HTTP to a local receiver (docs/observability.md#traces)."""
     env = cluster_env()
     if auth:
         env["DURACHAT_ADMIN_KEY"] = BENCH_ADMIN_KEY
+    sink: Proc | None = None
+    endpoint = ""
+    if traced:
+        endpoint, sink = start_otlp_sink(var_dir, cleanup)
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+        env["OTEL_TRACES_SAMPLER"] = "always_on"
     cluster = BenchCluster(
         var_dir=var_dir,
         port=free_port(),
@@ -100,9 +131,11 @@ def start_durachat(
     procs = [Proc(p.role, p.name, p.pid) for p in cluster.processes]
     assert cluster.redis is not None and cluster.redis.process is not None
     procs.append(Proc("redis", "redis", cluster.redis.process.pid))
+    if sink is not None:
+        procs.append(sink)
     gateway = next(p for p in procs if p.role == "gateway")
     return Target(
-        "durachat-auth" if auth else "durachat",
+        "durachat-auth" if auth else "durachat-traced" if traced else "durachat",
         "127.0.0.1",
         cluster.gateway_ports[0],
         "bench-agent",
@@ -112,6 +145,7 @@ def start_durachat(
         cluster.stop,
         cluster.redis_url,
         query=f"token={_bench_token(cluster.urls[0])}" if auth else "",
+        otlp_endpoint=endpoint if traced else None,
     )
 
 

@@ -173,7 +173,7 @@ def test_only_gateways_and_jobs_reach_the_shards(
     _, objects = rendered
     policy = _named(objects, "NetworkPolicy", "-shard")
     assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "shard"
-    (rule,) = policy["spec"]["ingress"]
+    rule, *scrapers = policy["spec"]["ingress"]
     components = [
         peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
         for peer in rule["from"]
@@ -181,6 +181,16 @@ def test_only_gateways_and_jobs_reach_the_shards(
     ]
     assert components == ["gateway", "jobs"]
     assert rule["ports"] == [{"port": _shard_port(objects), "protocol": "TCP"}]
+    # The scrapers of networkPolicy.metricsFrom reach the metrics port too, and only them.
+    for scraper in scrapers:
+        assert all("podSelector" not in peer for peer in scraper["from"])
+        assert scraper["ports"] == [{"port": _metrics_port(objects), "protocol": "TCP"}]
+
+
+def _metrics_port(objects: list[dict[str, Any]]) -> int:
+    pod = _named(objects, "Deployment", "-shard")["spec"]["template"]["spec"]
+    (port,) = [p["containerPort"] for p in pod["containers"][0]["ports"] if p["name"] == "metrics"]
+    return int(port)
 
 
 def _shard_port(objects: list[dict[str, Any]]) -> int:

@@ -145,9 +145,9 @@ def test_prometheus_scrapes_every_process_where_it_serves_metrics(model: dict[st
     expected = {"otel-collector:8889"}
     for name, service in model["services"].items():
         env = service.get("environment") or {}
-        for key in ("PORT", "DURACHAT_SHARD_PORT", "DURACHAT_JOBS_PORT"):
-            if key in env and name in DURACHAT:
-                expected.add(f"{name}:{env[key]}")
+        # Every process serves /metrics on its metrics port (docs/observability.md#metrics).
+        if "DURACHAT_METRICS_PORT" in env and name in DURACHAT:
+            expected.add(f"{name}:{env['DURACHAT_METRICS_PORT']}")
     assert targets == expected
     collector = yaml.safe_load((ROOT / "deploy" / "otel" / "collector.yaml").read_text())
     assert collector["exporters"]["prometheus"]["endpoint"].endswith(":8889")

@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import pytest
 import websockets
+from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from durachat_infra.keys import ConversationKeys, conversation_tag
@@ -52,7 +53,11 @@ SLOW_TEXT = "".join(f"s{i:02d} " for i in range(50))
 FORWARD_TIMEOUT = 5.0
 """The gateways' forward timeout here (10 s by default): how long a frame may look for an
 owner before the client is told the conversation is unavailable."""
-ENV = {"DURACHAT_FORWARD_TIMEOUT": str(FORWARD_TIMEOUT)}
+ENV = {
+    "DURACHAT_FORWARD_TIMEOUT": str(FORWARD_TIMEOUT),
+    # The jobs worker's job runs are read from its metrics (arq's per-job lines are DEBUG).
+    "DURACHAT_METRICS_PORT": "0",
+}
 OUTAGE = float(os.environ.get("DURACHAT_FAULT_OUTAGE", "8"))
 """Seconds Redis or the database stays unavailable in the outage scenarios: 8 in `make test`,
 30 in `make chaos` (docs/operations.md#failure-modes)."""
@@ -148,15 +153,44 @@ async def _ready(cluster: LocalCluster) -> None:
     await asyncio.to_thread(cluster.wait_ready, 60)
 
 
-async def _after_redis_came_back(cluster: LocalCluster, since: LogMark) -> list[str]:
-    """Once Redis is back (`since` marks the jobs worker's log then): wait until the jobs
-    worker runs a job again (it rides outages out, reconnecting with back-off), start again
-    whatever exited anyway, as `durachat-local` or Kubernetes would, and return the names of
-    the processes that had exited (none, these days)."""
+async def _orphan_scans(cluster: LocalCluster) -> float | None:
+    """How many orphan scans the jobs worker has run (None while its listener is away: it
+    is started again with each arq worker)."""
+    jobs = _role(cluster, "jobs")[0]
+    url = f"http://127.0.0.1:{cluster.metrics_ports[jobs.name]}/metrics"
+    try:
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(url, timeout=2)).text
+    except httpx.HTTPError:
+        return None
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "durachat_jobs_runs_total"
+        and sample.labels.get("job") == "recover_orphans"
+    )
+
+
+async def _scans_so_far(cluster: LocalCluster) -> tuple[float] | None:
+    """The orphan scans run so far, once the jobs worker answers (in a tuple, truthy for
+    `eventually` even when none ran)."""
+    runs = await _orphan_scans(cluster)
+    return None if runs is None else (runs,)
+
+
+async def _after_redis_came_back(cluster: LocalCluster, since: float) -> list[str]:
+    """Once Redis is back (`since`: the orphan scans run by then): wait until the jobs worker
+    runs a job again (it rides outages out, reconnecting with back-off), start again whatever
+    exited anyway, as `durachat-local` or Kubernetes would, and return the names of the
+    processes that had exited (none, these days)."""
     jobs = _role(cluster, "jobs")[0]
 
     async def settled() -> bool:
-        return jobs.popen.poll() is not None or "cron:recover_orphans" in since.since()
+        if jobs.popen.poll() is not None:
+            return True
+        runs = await _orphan_scans(cluster)
+        return runs is not None and runs > since
 
     await eventually(settled, timeout=30, interval=0.1)
     exited = [p.name for p in _exited(cluster)]
@@ -409,7 +443,7 @@ async def test_a_redis_restart_that_keeps_the_data_is_invisible_to_clients(
 
     await asyncio.to_thread(own_redis.kill)
     await asyncio.to_thread(own_redis.start)
-    jobs = LogMark(_log(cluster, _role(cluster, "jobs")[0]))
+    (jobs,) = await eventually(lambda: _scans_so_far(cluster), timeout=30, interval=0.1)
 
     # The reply in flight goes on: the shard's log writer retries, the gateway reads again.
     done = await client.wait_done(rid, timeout=30)
@@ -481,7 +515,7 @@ async def wiped(cluster: LocalCluster, own_redis: RedisServer) -> AsyncIterator[
         await eventually(functools.partial(_logged, mark, "heartbeat failed"), timeout=10)
     own_redis.wipe()
     await asyncio.to_thread(own_redis.start)
-    jobs = LogMark(_log(cluster, _role(cluster, "jobs")[0]))
+    (jobs,) = await eventually(lambda: _scans_so_far(cluster), timeout=30, interval=0.1)
     await eventually(lambda: _serving(cluster), timeout=20, interval=0.1)
     exited = await _after_redis_came_back(cluster, jobs)
     await redis.aclose()
@@ -615,7 +649,7 @@ async def redis_away(cluster: LocalCluster, own_redis: RedisServer) -> AsyncIter
     exited_during = [p.name for p in _exited(cluster)]
     await asyncio.to_thread(own_redis.start)
     back_at = time.monotonic()
-    jobs = LogMark(_log(cluster, _role(cluster, "jobs")[0]))
+    (jobs,) = await eventually(lambda: _scans_so_far(cluster), timeout=30, interval=0.1)
     exited = await _after_redis_came_back(cluster, jobs)
     yield RedisAway(
         before,

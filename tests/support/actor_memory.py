@@ -152,7 +152,12 @@ class RecordingSink:
         self.frames.append((kind, {**fields, "commits": len(self.db.committed)}))
 
     def stream_start(
-        self, request_id: str, *, continuation: bool, base: tuple[str, int] | None = None
+        self,
+        request_id: str,
+        *,
+        continuation: bool,
+        base: tuple[str, int] | None = None,
+        traceparent: str | None = None,
     ) -> None:
         self._record("start", request=request_id, continuation=continuation, base=base)
 

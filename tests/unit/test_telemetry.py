@@ -147,17 +147,45 @@ def test_a_provider_without_exporters_prints_nothing(capsys: pytest.CaptureFixtu
 def test_configure_telemetry_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
     monkeypatch.setenv("OTEL_SERVICE_NAME", "gw-eu")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
 
-    shutdown = configure_telemetry("durachat-gateway")
+    shutdown = configure_telemetry("durachat-gateway", "gw-1")
     provider = trace.get_tracer_provider()
     assert isinstance(provider, TracerProvider)
     assert provider.resource.attributes["service.name"] == "gw-eu"
+    assert provider.resource.attributes["service.instance.id"] == "gw-1"
 
     assert configure_telemetry("something-else") is shutdown
     assert trace.get_tracer_provider() is provider
 
     shutdown()
     shutdown()
+
+
+@pytest.mark.usefixtures("fresh_process")
+def test_no_exporter_installs_nothing() -> None:
+    shutdown = configure_telemetry("durachat-shard", "shard-1")
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    assert not trace.get_tracer("t").start_span("free").is_recording()
+    shutdown()
+
+
+def test_the_instance_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    provider = build_tracer_provider("durachat-shard", {}, instance_id="shard-1")
+    assert provider.resource.attributes["service.instance.id"] == "shard-1"
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=pod-7")
+    env = {"OTEL_RESOURCE_ATTRIBUTES": "service.instance.id=pod-7"}
+    theirs = build_tracer_provider("durachat-shard", env, instance_id="shard-1")
+    assert theirs.resource.attributes["service.instance.id"] == "pod-7"
+    provider.shutdown()
+    theirs.shutdown()
+
+
+def test_both_otlp_exporters_are_installed() -> None:
+    import importlib
+
+    for module in (HTTP_MODULE, GRPC_MODULE):
+        assert importlib.import_module(module).OTLPSpanExporter is not None
 
 
 @pytest.mark.usefixtures("fresh_process")

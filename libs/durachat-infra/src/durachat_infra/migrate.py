@@ -18,9 +18,9 @@ from durachat_infra.settings import CommonSettings
 def main() -> int:
     """Migrate, log the outcome, and return the exit status (0 on success)."""
     settings = CommonSettings()
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s migrate %(levelname)s %(name)s: %(message)s"
-    )
+    from durachat_infra.logs import configure_logging
+
+    configure_logging("migrate", settings.log_level, settings.log_format)
     from durachat_infra.store import StoreError, migrate
 
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -75,6 +76,18 @@ class CommonSettings(BaseSettings):
     """Prefix of every Redis key, so several clusters can share one Redis."""
 
     log_level: str = "INFO"
+    """Python logging level of the process."""
+
+    log_format: Literal["json", "text"] = "text"
+    """`json`: one JSON object a line, with the current span's `trace_id` / `span_id`;
+    `text`: human-readable lines (docs/observability.md#logs)."""
+
+    metrics_port: int | None = None
+    """Port on which the process serves `/metrics` to Prometheus, unauthenticated; unset: no
+    such listener (docs/observability.md#metrics)."""
+
+    metrics_host: str | None = None
+    """Address of that listener (default: the address the process binds its main port to)."""
 
     cluster_secret: str | None = Field(default=None, repr=False)
     """Secret that signs calls between the processes of the cluster (gateways and jobs to a

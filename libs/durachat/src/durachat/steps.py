@@ -16,8 +16,11 @@ import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
+from opentelemetry.trace import StatusCode
+
 from durachat.messages import StreamAccumulator
 from durachat.models import stream_ui_chunks, to_chat_messages
+from durachat.observability.genai import tool_span
 from durachat.tools import (
     INTERRUPTED_TOOL_ERROR,
     LedgerEntry,
@@ -153,17 +156,25 @@ async def _execute(
         reply.apply(chunk)
         yield chunk
         return
-    async for event in run_tool(
-        tool, call_id, call.get("input"), abort=abort, messages=[reply.to_message()]
-    ):
-        chunk = event.to_chunk()
-        if event.final and ledger is not None:
-            if chunk["type"] == "tool-output-error":
-                await ledger.finish(call_id, error=str(chunk.get("errorText")))
-            else:
-                await ledger.finish(call_id, output=chunk.get("output"))
-        reply.apply(chunk)
-        yield chunk
+    # Its span is never current: this generator may be closed from another task.
+    span = tool_span(name, call_id)
+    try:
+        async for event in run_tool(
+            tool, call_id, call.get("input"), abort=abort, messages=[reply.to_message()]
+        ):
+            chunk = event.to_chunk()
+            if event.final:
+                if chunk["type"] == "tool-output-error":
+                    span.set_status(StatusCode.ERROR, str(chunk.get("errorText")))
+                if ledger is not None:
+                    if chunk["type"] == "tool-output-error":
+                        await ledger.finish(call_id, error=str(chunk.get("errorText")))
+                    else:
+                        await ledger.finish(call_id, output=chunk.get("output"))
+            reply.apply(chunk)
+            yield chunk
+    finally:
+        span.end()
 
 
 def _from_ledger(call_id: str, known: LedgerEntry) -> UIChunk:

@@ -12,16 +12,18 @@ from durachat_infra.settings import GatewaySettings
 def main() -> None:
     """Entry point."""
     settings = GatewaySettings()
-    logging.basicConfig(
-        level=settings.log_level,
-        format=f"%(asctime)s {settings.gateway_id} %(levelname)s %(name)s: %(message)s",
-    )
+    from durachat_infra.logs import configure_logging
+
+    configure_logging(settings.gateway_id, settings.log_level, settings.log_format)
     from durachat_gateway.app import build_app
     from durachat_gateway.edges import bounded_http_protocol
+    from durachat_infra.metrics_server import serve_metrics
     from durachat_infra.runtime import settle_heap
     from durachat_infra.telemetry import configure_telemetry
 
-    shutdown_telemetry = configure_telemetry("durachat-gateway")
+    shutdown_telemetry = configure_telemetry("durachat-gateway", settings.gateway_id)
+    if settings.metrics_port is not None:
+        serve_metrics(settings.metrics_host or settings.host, settings.metrics_port)
     app = build_app(settings)
     settle_heap()
     print(

@@ -40,6 +40,7 @@ from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import DEFAULT_BUFFER_BYTES, ClientConnection
 from durachat_gateway.edges import name_problem
 from durachat_gateway.forwarder import Forwarder, ForwardError
+from durachat_gateway.telemetry import receive_span
 from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body
 from durachat_infra.keys import conversation_tag
 from durachat_infra.store import (
@@ -207,7 +208,9 @@ def aisdk_router(
             "branch": conn.branch,
             "frame": frame,
         }
-        await runtime().forwarder.forward(tag, payload)
+        # A chat request is a `chat.receive` span, as on a WebSocket (docs/observability.md).
+        with receive_span(frame, key.tenant, key.agent):
+            await runtime().forwarder.forward(tag, payload)
 
     def respond(conn: StreamConnection, tag: str, chunks: AsyncIterator[str]) -> StreamingResponse:
         async def events() -> AsyncIterator[str]:

@@ -50,7 +50,9 @@ from durachat_gateway.forwarder import Forwarder, ForwardError
 from durachat_gateway.http_errors import install_error_handlers
 from durachat_gateway.mistakes import client_mistake
 from durachat_gateway.playground import mount_playground
+from durachat_gateway.quota_gate import TENANT_CONNECTIONS
 from durachat_gateway.readiness import readiness_router
+from durachat_gateway.telemetry import receive_span
 from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body, refused_turn
 from durachat_gateway.tenant_api import tenant_router
 from durachat_gateway.webhooks_api import webhooks_router
@@ -138,6 +140,8 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             runtime.tenancy = await Tenancy.start(settings, runtime.store, redis, reader)
         publisher = gateway_publisher(redis, settings)
         publisher.start()
+        # Read at each scrape, on whichever listener serves it.
+        CHANNELS.set_function(lambda: len(runtime.channels) if runtime is not None else 0)
         try:
             yield
         finally:
@@ -157,6 +161,9 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
+        # FastAPI's own spans would wrap every WebSocket message: durachat's spans are per
+        # request and per turn (docs/observability.md#traces).
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
 
     def rt() -> Runtime:
@@ -221,7 +228,6 @@ def build_app(settings: GatewaySettings) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        CHANNELS.set(len(rt().channels))
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/cluster")
@@ -356,6 +362,10 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         tag = conversation_tag(key.tenant, key.agent, key.name)
         CONNECTIONS.inc()
         connection_event(key, conn.id, opened=True)
+        # Auth mode counts a tenant's sockets in its quota gate; open mode has one tenant.
+        open_tenant = TENANT_CONNECTIONS.labels(key.tenant) if r.tenancy is None else None
+        if open_tenant is not None:
+            open_tenant.inc()
         channel: Channel | None = None
         unavailable = False
         cursor = websocket.query_params.get("cursor")
@@ -396,6 +406,8 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         finally:
             CONNECTIONS.dec()
             connection_event(key, conn.id, opened=False)
+            if open_tenant is not None:
+                open_tenant.dec()
             if channel is not None:
                 r.channels.leave(tag, conn)
             await conn.aclose()
@@ -546,6 +558,10 @@ def _forward(
     )
 
     async def deliver() -> None:
+        with receive_span(frame, key.tenant, key.agent):
+            await _deliver()
+
+    async def _deliver() -> None:
         try:
             if admit:
                 assert tenancy is not None and isinstance(request_id, str)

@@ -25,6 +25,13 @@ from durachat.protocol.server_frames import (
     stream_resuming_frame,
 )
 from durachat_gateway.connection import ClientConnection
+from durachat_gateway.telemetry import (
+    REPLAYS_ACK,
+    REPLAYS_CURSOR,
+    DeliveryTracker,
+    observe_delivery,
+    tracing_enabled,
+)
 from durachat_infra.eventlog import (
     EVERY_BRANCH,
     Kind,
@@ -56,6 +63,8 @@ class Channel:
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._delivered: tuple[int, int] = (0, 0)
         self._progress = asyncio.Event()
+        self._spans = DeliveryTracker() if tracing_enabled() else None
+        """Delivery spans of traced streams; None when this gateway does not trace."""
 
     async def catch_up(self, timeout: float = 1.0) -> None:
         """Wait until every entry already in the log has been delivered here."""
@@ -89,9 +98,17 @@ class Channel:
     def deliver(self, entries: list[LogEntry]) -> None:
         """Fan entries out to the local connections, in order: each connection gets what its
         branch's turns send, and what concerns every branch."""
+        spans = self._spans
+        # The delivery latency of the oldest entry sent, once per batch: entries read together
+        # are delivered together, and one observation costs as much as the rest of a chunk's
+        # fan-out on a quiet channel.
+        first_sent: str | None = None
         for entry in entries:
             branch = branch_of(entry.branch)
+            if spans is not None and spans.tracks(entry):
+                self._track(spans, entry)
             if entry.kind is not Kind.CONTROL:
+                sent = False
                 for conn in list(self.connections.values()):
                     if conn.replaying:
                         visible = is_for(entry.target, conn.id)
@@ -110,6 +127,9 @@ class Channel:
                         conn.buffer.append(entry)
                     else:
                         self._send(conn, entry)
+                        sent = True
+                if sent and first_sent is None:
+                    first_sent = entry.id
             # State changes apply after delivery: a connection released by the end of a stream
             # does not get that stream's terminal frame without its chunks.
             change = entry.state_change()
@@ -123,6 +143,14 @@ class Channel:
         if entries:
             self._delivered = entry_id_key(entries[-1].id)
             self._progress.set()
+        if first_sent is not None:
+            observe_delivery(first_sent, time.time())
+
+    def _track(self, spans: DeliveryTracker, entry: LogEntry) -> None:
+        if entry.kind is Kind.CONTROL:
+            spans.control(entry)
+        elif spans:
+            spans.terminal(entry, len(self.connections))
 
     def _send(self, conn: ClientConnection, entry: LogEntry) -> None:
         """Deliver an entry meant for `conn`: its frame, or the move a view entry makes (to the
@@ -201,6 +229,7 @@ class Channel:
             # Nothing to replay: an empty replay that ends the request.
             conn.send_json(replay_end_frame(request_id, live=False, continuation=False))
             return
+        REPLAYS_ACK.inc()
         entries = await self._replay_read(conn, state.start)
         last = entry_id_key(entries[-1].id) if entries else entry_id_key(state.start)
         ended = False
@@ -236,6 +265,7 @@ class Channel:
         entries = await self._replay_read(conn, "(" + cursor, reaching=cursor)
         if entries is None:
             return False
+        REPLAYS_CURSOR.inc()
         last = entry_id_key(entries[-1].id) if entries else entry_id_key(cursor)
         for entry in entries:
             if entry.kind is not Kind.CONTROL and _visible(entry, conn):

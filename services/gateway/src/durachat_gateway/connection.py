@@ -14,6 +14,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from durachat.protocol import MAIN_BRANCH, encode_json
 from durachat.protocol.server_frames import error_frame
+from durachat_gateway.telemetry import FRAMES_OUT, SLOW_CONSUMERS
 from durachat_infra.eventlog import LogEntry, with_cursor, with_replay_flag
 
 log = logging.getLogger(__name__)
@@ -186,11 +187,13 @@ class ClientConnection:
             return
         self._queue.append(text)
         self._queued_bytes += size
+        FRAMES_OUT.inc()
         self._ready.set()
 
     def _too_slow(self) -> None:
         """Disconnect a client that fell too far behind: what is queued for it is dropped at
         once (it resumes from the event log), and the close goes out ahead of it."""
+        SLOW_CONSUMERS.inc()
         log.warning(
             "client %s is too slow (%d frames, %d bytes queued); disconnecting it",
             self.client_id,

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from durachat_gateway.telemetry import trace_headers
 from durachat_infra.cluster import ClusterView
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ class Forwarder:
         raises `ForwardError`."""
         deadline = time.monotonic() + self._timeout
         delay = 0.02
+        # The current span (a chat request's `chat.receive`) goes on at the shard.
+        headers = trace_headers()
         last_error = "no live shard"
         hint: str | None = None
         followed = False
@@ -73,7 +76,9 @@ class Forwarder:
             hint = None
             if owner is not None:
                 try:
-                    response = await self._http.post(f"http://{owner.address}{path}", json=payload)
+                    response = await self._http.post(
+                        f"http://{owner.address}{path}", json=payload, headers=headers
+                    )
                 except httpx.HTTPError as exc:
                     last_error = f"shard {owner.id} unreachable: {exc!r}"
                 else:

@@ -21,9 +21,12 @@ from durachat_infra.settings import ClusterTiming, JobsSettings
 from durachat_infra.store import Store, migrate
 from durachat_jobs.deps import JobDeps
 from durachat_jobs.health import HealthServer
-from durachat_jobs.membership import sweep_membership
-from durachat_jobs.recovery import recover_orphans
-from durachat_jobs.retention import close_abandoned_streams, sweep_incidents, trim_logs
+from durachat_jobs.membership import sweep_membership as _sweep_membership
+from durachat_jobs.metrics import metered
+from durachat_jobs.recovery import recover_orphans as _recover_orphans
+from durachat_jobs.retention import close_abandoned_streams as _close_abandoned_streams
+from durachat_jobs.retention import sweep_incidents as _sweep_incidents
+from durachat_jobs.retention import trim_logs as _trim_logs
 from durachat_jobs.webhooks import (
     JOB_NAME,
     WebhookDelivery,
@@ -31,10 +34,23 @@ from durachat_jobs.webhooks import (
     deliver_webhook,
 )
 
+# Each job counted and timed (docs/observability.md#metrics), under its own name.
+sweep_membership = metered(_sweep_membership)
+recover_orphans = metered(_recover_orphans)
+trim_logs = metered(_trim_logs)
+close_abandoned_streams = metered(_close_abandoned_streams)
+sweep_incidents = metered(_sweep_incidents)
+
 
 def queue_name(settings: JobsSettings) -> str:
     """The arq queue of this cluster."""
     return f"{settings.key_prefix}:jobs"
+
+
+def listener_port(settings: JobsSettings) -> int | None:
+    """The port of the worker's health and metrics listener: `DURACHAT_JOBS_PORT`, else
+    `DURACHAT_METRICS_PORT` (the listener serves `/metrics` too)."""
+    return settings.health_port if settings.health_port is not None else settings.metrics_port
 
 
 def _every(seconds: int) -> set[int]:
@@ -48,9 +64,10 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
     handles signals and starts a new worker when Redis was away)."""
 
     async def startup(ctx: dict[str, Any]) -> None:
-        if settings.health_port is not None:
+        port = listener_port(settings)
+        if port is not None:
             # Before the migration, so liveness probes are answered while it runs.
-            health = HealthServer(settings.health_host, settings.health_port, lambda: _ready(ctx))
+            health = HealthServer(settings.health_host, port, lambda: _ready(ctx))
             await health.start()
             ctx["health"] = health
         await migrate(settings.database_url)

@@ -11,10 +11,9 @@ from durachat_infra.settings import ShardSettings
 def main() -> None:
     """Entry point."""
     settings = ShardSettings()
-    logging.basicConfig(
-        level=settings.log_level,
-        format=f"%(asctime)s {settings.shard_id} %(levelname)s %(name)s: %(message)s",
-    )
+    from durachat_infra.logs import configure_logging
+
+    configure_logging(settings.shard_id, settings.log_level, settings.log_format)
     # litellm logs every completion at INFO through handlers of its own.
     for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))

@@ -28,9 +28,9 @@ from durachat_infra.store import (
     UnknownBranchError,
     UnknownTenantError,
 )
-from durachat_shard import metrics
 from durachat_shard.branch_ops import BranchOpIn, apply_branch_op
 from durachat_shard.hosting import Conversations, NotOwnerError, UnknownAgentError
+from durachat_shard.tracing import incoming_context
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,13 @@ def build_api(
     cluster_secret: str | None = None,
 ) -> FastAPI:
     """The internal API of one shard; with `cluster_secret`, only signed calls get through."""
-    app = FastAPI(title="durachat shard (internal)", docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="durachat shard (internal)",
+        docs_url=None,
+        redoc_url=None,
+        # The chat request's own spans cover this call (docs/observability.md#traces).
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
     if cluster_secret:
         app.add_middleware(RequireClusterSignature, secret=cluster_secret, open_paths=OPEN_PATHS)
 
@@ -140,7 +146,10 @@ def build_api(
                 return JSONResponse({"code": "expired", "shard": shard_id}, status_code=504)
             # Answer before the gateway gives up, or it would report a frame that does run.
             wait = max(0.0, min(HANDLE_WAIT, left - ANSWER_MARGIN))
-        handled = actor.submit(item.connection, item.frame)
+        # The gateway's span of the frame, when it traces (docs/observability.md#traces).
+        handled = actor.submit(
+            item.connection, item.frame, trace_context=incoming_context(request.headers)
+        )
         # Answer once the frame is handled and what it sent is in the event log: a client's
         # next frame (a resume probe, say) then sees its effect.
         started = time.monotonic()
@@ -184,7 +193,6 @@ def build_api(
 
     @app.get("/metrics")
     async def prometheus() -> Response:
-        metrics.ACTIVE_CONVERSATIONS.set(len(conversations))
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get(HEALTH_PATH)

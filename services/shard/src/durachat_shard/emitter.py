@@ -135,13 +135,21 @@ class Emitter:
         )
 
     def stream_start(
-        self, request_id: str, *, continuation: bool, base: tuple[str, int] | None = None
+        self,
+        request_id: str,
+        *,
+        continuation: bool,
+        base: tuple[str, int] | None = None,
+        traceparent: str | None = None,
     ) -> None:
         """A request's stream begins; its chunks follow. `base` is, for a continuation, the
-        id of the message it extends and that message's part count (for recovery)."""
+        id of the message it extends and that message's part count (for recovery);
+        `traceparent` is the turn's span, for gateways' delivery spans and for recovery."""
         control: dict[str, Any] = {"op": "start", "req": request_id, "cont": continuation}
         if base is not None:
             control["base"], control["baseParts"] = base
+        if traceparent is not None:
+            control["tp"] = traceparent
         self._append(
             Kind.CONTROL,
             encode_json(control),

@@ -29,6 +29,7 @@ from durachat_infra.store import (
     UnknownBranchError,
 )
 from durachat_infra.tasks import cancel_and_wait
+from durachat_shard import metrics
 from durachat_shard.actor import ConversationActor
 from durachat_shard.emitter import Emitter
 from durachat_shard.recovery import Incidents
@@ -260,6 +261,7 @@ class Conversations:
             return False
         if not await self._leases.reclaim(keys, actors[0].epoch):
             return False
+        metrics.LEASES_RECLAIMED.inc()
         log.warning("took back the lease of %s (lost without a new owner)", keys.tag)
         return True
 
@@ -280,6 +282,8 @@ class Conversations:
             # A live shard still holds it (it is finishing a turn, or draining): send the
             # gateway there. Gateways keep retrying until the holder lets go.
             raise NotOwnerError(exc.holder) from exc
+        if grant.fresh:
+            metrics.LEASES_TAKEN.inc()
         try:
             conversation = await self._store.get_or_create_conversation(key)
             epoch = await self._claim(keys, conversation.id, grant.epoch, fresh=grant.fresh)
@@ -292,6 +296,7 @@ class Conversations:
             # held (renewing it), and if it had to be taken again, claim the new epoch, re-read.
             again = await self._leases.acquire(keys)
             if again.fresh:
+                metrics.LEASES_TAKEN.inc()
                 epoch = await self._claim(keys, conversation.id, again.epoch, fresh=True)
                 empty = False
                 stored = await self._load(conversation.id, ref)
@@ -323,7 +328,7 @@ class Conversations:
             agent=agent,
             transcript=transcript,
             store=self._store,
-            emitter=self._emitter(keys, key.tenant, branch),
+            emitter=self._emitter(keys, key.tenant, branch, agent.model),
             recent_requests=recent,
             last_body=last_body,
             last_client_tools=last_client_tools,
@@ -368,12 +373,18 @@ class Conversations:
         )
         return held
 
-    def _emitter(self, keys: ConversationKeys, tenant: str, branch: str) -> Emitter:
+    def _emitter(self, keys: ConversationKeys, tenant: str, branch: str, model: str) -> Emitter:
         """The emitter of an actor; its replies count against the tenant's tokens."""
         if self._meter is None:
             return Emitter(self._writer, keys, self._redis, branch=branch)
         return MeteredEmitter(
-            self._writer, keys, self._redis, branch=branch, meter=self._meter, tenant=tenant
+            self._writer,
+            keys,
+            self._redis,
+            branch=branch,
+            meter=self._meter,
+            tenant=tenant,
+            model=model,
         )
 
     async def _load(self, conversation_id: int, ref: BranchRef) -> list[StoredMessage]:
@@ -475,6 +486,7 @@ class Conversations:
                 except RedisError:
                     ok = False
             if not ok or actor.fenced:
+                metrics.LEASES_LOST.inc()
                 log.warning("lost the lease of %s", item.key)
                 self._release_soon((item.key, item.branch))
                 continue

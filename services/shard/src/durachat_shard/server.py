@@ -25,11 +25,13 @@ from durachat_infra.cluster import (
 from durachat_infra.eventlog import LogWriter
 from durachat_infra.events import DEFAULT_TENANT, EventPublisher
 from durachat_infra.keys import ClusterKeys, EventKeys
+from durachat_infra.metrics_server import serve_metrics
 from durachat_infra.quotas import QuotaCounters
 from durachat_infra.runtime import settle_heap
 from durachat_infra.settings import ShardSettings
 from durachat_infra.store import Store, migrate
 from durachat_infra.telemetry import configure_telemetry
+from durachat_shard import metrics
 from durachat_shard.api import build_api
 from durachat_shard.health import health_router
 from durachat_shard.hosting import Conversations
@@ -57,7 +59,9 @@ async def serve(settings: ShardSettings) -> None:
     if not agents.names():
         raise SystemExit(f"no agents found in {settings.agents!r}")
 
-    shutdown_telemetry = configure_telemetry("durachat-shard")
+    shutdown_telemetry = configure_telemetry("durachat-shard", settings.shard_id)
+    if settings.metrics_port is not None:
+        serve_metrics(settings.metrics_host or settings.host, settings.metrics_port)
     if not settings.cluster_secret:
         log.warning("DURACHAT_CLUSTER_SECRET is not set: the internal API takes unsigned calls")
     await migrate(settings.database_url)
@@ -94,6 +98,8 @@ async def serve(settings: ShardSettings) -> None:
         internal_auth=cluster_auth(settings.cluster_secret),
     )
     fenced.append(conversations)
+    # Read at each scrape, on whichever listener serves it.
+    metrics.ACTIVE_CONVERSATIONS.set_function(lambda: len(conversations))
     settle_heap()
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

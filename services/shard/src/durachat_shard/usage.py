@@ -8,7 +8,6 @@ import contextlib
 import logging
 from collections import Counter
 
-from prometheus_client import Counter as PromCounter
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -19,35 +18,31 @@ from durachat_infra.keys import ConversationKeys
 from durachat_infra.quotas import QuotaCounters, estimate_tokens
 from durachat_infra.tasks import cancel_and_wait
 from durachat_shard.emitter import Emitter
+from durachat_shard.metrics import MODEL_TOKENS
 
 log = logging.getLogger(__name__)
-
-TOKENS = PromCounter(
-    "durachat_shard_tenant_tokens_total",
-    "Model tokens of the replies streamed, estimated from their text, by tenant",
-    ["tenant"],
-)
 
 _TEXT_FIELDS = ("delta", "inputTextDelta")
 """Where a chunk carries model text: text and reasoning deltas, a tool call's input."""
 
 
 class TokenMeter:
-    """Counts the characters of model text each tenant's replies stream and adds the tokens
-    they make to the tenants' daily counters every `interval` seconds, in one round trip."""
+    """Counts the characters of model text each tenant's replies stream (by model) and adds
+    the tokens they make to the tenants' daily counters every `interval` seconds, in one round
+    trip."""
 
     def __init__(self, counters: QuotaCounters, *, interval: float = 1.0) -> None:
         self._counters = counters
         self._interval = interval
-        self._characters: Counter[str] = Counter()
+        self._characters: Counter[tuple[str, str]] = Counter()
         self._task: asyncio.Task[None] | None = None
 
-    def count(self, tenant: str, chunk: UIChunk) -> None:
-        """Count a chunk of a reply of `tenant`."""
+    def count(self, source: tuple[str, str], chunk: UIChunk) -> None:
+        """Count a chunk of a reply of a tenant by a model (`source`: the two of them)."""
         for field in _TEXT_FIELDS:
             text = chunk.get(field)
             if isinstance(text, str):
-                self._characters[tenant] += len(text)
+                self._characters[source] += len(text)
                 return
 
     async def start(self) -> None:
@@ -63,17 +58,20 @@ class TokenMeter:
     async def flush(self) -> None:
         """Add what was counted since the last flush."""
         characters, self._characters = self._characters, Counter()
-        used = {tenant: estimate_tokens(n) for tenant, n in characters.items()}
-        if not used:
+        by_source = {source: estimate_tokens(n) for source, n in characters.items()}
+        if not by_source:
             return
+        used: Counter[str] = Counter()
+        for (tenant, _model), tokens in by_source.items():
+            used[tenant] += tokens
         try:
-            await self._counters.add_tokens(used)
+            await self._counters.add_tokens(dict(used))
         except (RedisError, OSError):
             # Counted again next time rather than lost.
             self._characters.update(characters)
             raise
-        for tenant, tokens in used.items():
-            TOKENS.labels(tenant).inc(tokens)
+        for (tenant, model), tokens in by_source.items():
+            MODEL_TOKENS.labels(tenant, model).inc(tokens)
 
     async def _run(self) -> None:
         while True:
@@ -96,12 +94,13 @@ class MeteredEmitter(Emitter):
         branch: str = MAIN_BRANCH,
         meter: TokenMeter,
         tenant: str,
+        model: str = "",
     ) -> None:
         super().__init__(writer, keys, redis, branch=branch)
         self._meter = meter
-        self._tenant = tenant
+        self._source = (tenant, model)
 
     def chunk(self, request_id: str, seq: int, chunk: UIChunk, *, continuation: bool) -> None:
         """One chunk of a request's stream, counted."""
-        self._meter.count(self._tenant, chunk)
+        self._meter.count(self._source, chunk)
         super().chunk(request_id, seq, chunk, continuation=continuation)

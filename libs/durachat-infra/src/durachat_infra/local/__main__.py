@@ -42,6 +42,9 @@ def main() -> None:
                 flush=True,
             )
         print(f"  try: durachat chat --url {cluster.urls[0]} 'hello there'", flush=True)
+        if cluster.metrics_ports:
+            ports = ", ".join(f"{name} :{port}" for name, port in cluster.metrics_ports.items())
+            print(f"  metrics (/metrics): {ports}", flush=True)
         while not stop.wait(0.5):
             exited = [
                 (p.name, p.popen.returncode)

@@ -55,6 +55,10 @@ class LocalCluster:
     redis: RedisServer | None = None
     processes: list[Process] = field(default_factory=list)
     gateway_ports: list[int] = field(default_factory=list)
+    metrics_ports: dict[str, int] = field(default_factory=dict)
+    """The `/metrics` port of each process by name, when `DURACHAT_METRICS_PORT` is set: the
+    processes get consecutive ports from it in the order they are first started (with `0`, a
+    free port each)."""
 
     def start(self, timeout: float = 60.0) -> None:
         """Start everything and wait until every gateway answers and every shard registered."""
@@ -82,9 +86,12 @@ class LocalCluster:
         extra = {**(env or {}), "DURACHAT_SHARD_ID": shard_id}
         return self._spawn("shard", shard_id, "durachat_shard", extra)
 
-    def spawn_gateway(self, gateway_id: str, port: int | None = None) -> Process:
+    def spawn_gateway(
+        self, gateway_id: str, port: int | None = None, env: dict[str, str] | None = None
+    ) -> Process:
         """Start a gateway on `port` (a free one if None), e.g. again on the port of one that
-        died; a port not yet among `gateway_ports` is added to them (and to `urls`)."""
+        died; a port not yet among `gateway_ports` is added to them (and to `urls`). `env`
+        goes on top of the cluster's environment."""
         port = port or free_port()
         if port not in self.gateway_ports:
             self.gateway_ports.append(port)
@@ -92,7 +99,7 @@ class LocalCluster:
             "gateway",
             gateway_id,
             "durachat_gateway",
-            {"PORT": str(port), "DURACHAT_GATEWAY_ID": gateway_id},
+            {**(env or {}), "PORT": str(port), "DURACHAT_GATEWAY_ID": gateway_id},
         )
 
     def base_env(self) -> dict[str, str]:
@@ -125,9 +132,22 @@ class LocalCluster:
             [sys.executable, "-c", code, self.database_url], check=True, env=self.base_env()
         )
 
+    def _metrics_port(self, name: str, env: dict[str, str]) -> dict[str, str]:
+        """The metrics port of process `name` (one port per process, so they can share a
+        machine), if metrics ports are asked for."""
+        base = env.get("DURACHAT_METRICS_PORT", "").strip()
+        if not base:
+            return {}
+        port = self.metrics_ports.get(name)
+        if port is None:
+            port = free_port() if int(base) == 0 else int(base) + len(self.metrics_ports)
+            self.metrics_ports[name] = port
+        return {"DURACHAT_METRICS_PORT": str(port)}
+
     def _spawn(self, role: str, name: str, module: str, extra: dict[str, str]) -> Process:
         env = self.base_env()
         env.update(extra)
+        env.update(self._metrics_port(name, env))
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             with open(self.log_dir / f"{name}.log", "ab") as out:

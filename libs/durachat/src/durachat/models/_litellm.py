@@ -22,6 +22,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
 
+import functools
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
@@ -45,6 +46,7 @@ __all__ = [
     "open_stream",
     "provider_error",
     "register_provider",
+    "reports_usage",
     "to_model_error",
 ]
 
@@ -72,6 +74,21 @@ async def open_stream(
         model=model, messages=messages, stream=True, **kwargs
     )
     return stream
+
+
+@functools.lru_cache(maxsize=256)
+def reports_usage(model: str) -> bool:
+    """Whether a stream of `model` may be asked for its token usage
+    (`stream_options.include_usage`): the providers litellm says accept it, and durachat's
+    own custom providers. Looked up once per model string."""
+    if any(model.startswith(item["provider"] + "/") for item in litellm.custom_provider_map):
+        return True
+    try:
+        name, provider, _, _ = litellm.get_llm_provider(model)
+        supported = litellm.get_supported_openai_params(model=name, custom_llm_provider=provider)
+    except Exception:
+        return False
+    return supported is not None and "stream_options" in supported
 
 
 def register_provider(provider: str, handler: CustomLLM) -> None:

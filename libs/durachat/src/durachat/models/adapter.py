@@ -7,10 +7,16 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 from durachat.models._chat_messages import to_chat_messages
-from durachat.models._litellm import CompletionStream, open_stream, to_model_error
+from durachat.models._litellm import (
+    CompletionStream,
+    open_stream,
+    reports_usage,
+    to_model_error,
+)
 from durachat.models._ui_chunks import UIChunkConverter
 from durachat.models.scripted import PROVIDER as _SCRIPTED_PROVIDER
 from durachat.models.scripted import register_scripted_model
+from durachat.observability.genai import ModelCallSpan
 from durachat.types import JSONDict, UIChunk
 
 __all__ = ["stream_ui_chunks", "to_chat_messages"]
@@ -93,7 +99,9 @@ async def stream_ui_chunks(
     `tool-input-delta`..., and once the stream ends `tool-input-available`, or
     `tool-input-error` when the arguments are not a JSON object), then `finish-step` and
     `finish` with the mapped `finishReason`. It never emits `start`: the caller owns the
-    message id.
+    message id. Providers that accept it are asked for the call's token usage
+    (`stream_options={"include_usage": True}`, unless `stream_options` is given), which the
+    call's span reports (docs/observability.md#traces).
 
     Models `durachat/...` (the scripted model) are registered with litellm on first use.
 
@@ -117,8 +125,17 @@ async def stream_ui_chunks(
         register_scripted_model()
     if tools is not None:
         kwargs["tools"] = tools
+    if "stream_options" not in kwargs and reports_usage(model):
+        # The usage the model call's span reports (gen_ai.usage.*), in a last chunk that
+        # carries no choices.
+        kwargs["stream_options"] = {"include_usage": True}
     guard = _AbortGuard(abort) if abort is not None else None
     stream: CompletionStream | None = None
+    # The call's span (docs/observability.md#traces); per chunk only `recording` is tested.
+    call = ModelCallSpan(model, tools=len(tools or ()))
+    recording = call.recording
+    converter = UIChunkConverter()
+    failure: BaseException | None = None
     try:
         try:
             opening = open_stream(model, messages, **kwargs)
@@ -126,9 +143,9 @@ async def stream_ui_chunks(
         except _AbortedError:
             return
         except Exception as exc:
-            raise to_model_error(exc) from exc
+            failure = to_model_error(exc)
+            raise failure from exc
         yield {"type": "start-step"}
-        converter = UIChunkConverter()
         out: list[UIChunk] = []
         next_chunk = stream.__anext__
         while True:
@@ -139,7 +156,10 @@ async def stream_ui_chunks(
             except _AbortedError:
                 return
             except Exception as exc:
-                raise to_model_error(exc) from exc
+                failure = to_model_error(exc)
+                raise failure from exc
+            if recording:
+                call.chunk(chunk)
             converter.feed(chunk, out)
             if out:
                 for ui_chunk in out:
@@ -153,6 +173,7 @@ async def stream_ui_chunks(
         yield {"type": "finish-step"}
         yield {"type": "finish", "finishReason": finish_reason}
     finally:
+        call.end(finish_reason=converter.finish_reason, error=failure)
         if guard is not None:
             guard.close()
         if stream is not None:

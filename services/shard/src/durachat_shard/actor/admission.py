@@ -31,6 +31,7 @@ from durachat_shard.requests import (
     parse_chat_request,
     parse_messages,
 )
+from durachat_shard.tracing import current_span_context
 from durachat_shard.transcript import Change, Reconciled
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,7 @@ class Admission:
             ctx.emit.messages(merged, exclude=requester)
         ctx.event(EventType.MESSAGE_REQUEST, {"requestId": request.request_id})
         queued = QueuedTurn(request, requester, state.generation, anchor, accepted)
+        queued.trace = current_span_context()
         if submit:
             state.submits += 1
             queued.seq = state.submits

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
 from durachat.agent import Agent, TurnResult
 from durachat.types import JSONDict
 from durachat_infra.store import (
@@ -43,6 +46,7 @@ from durachat_shard.emitter import Emitter
 from durachat_shard.ledger import SqlToolLedger
 from durachat_shard.recovery import Incidents, Interrupted, RecoveryPlanner, turn_snapshot
 from durachat_shard.requests import FrameError
+from durachat_shard.tracing import TRACER
 from durachat_shard.transcript import Transcript
 
 log = logging.getLogger(__name__)
@@ -55,6 +59,7 @@ class _Inbound:
     connection_id: str
     frame: JSONDict
     handled: asyncio.Future[None]
+    trace: otel_context.Context | None = None
 
 
 class ConversationActor:
@@ -138,6 +143,7 @@ class ConversationActor:
             recovery=self._planner,
             sync_agent=ctx.sync_agent,
             event=ctx.event,
+            agent_name=key.agent,
         )
 
     @property
@@ -216,12 +222,20 @@ class ConversationActor:
         self._state.fenced = True
         self._state.abort_active()
 
-    def submit(self, connection_id: str, frame: JSONDict) -> asyncio.Future[None]:
+    def submit(
+        self,
+        connection_id: str,
+        frame: JSONDict,
+        *,
+        trace_context: otel_context.Context | None = None,
+    ) -> asyncio.Future[None]:
         """Queue a client frame (already known to be a JSON object with a string `type`);
-        the future resolves once the frame has been handled (its frames are queued)."""
+        the future resolves once the frame has been handled (its frames are queued).
+        `trace_context` is the trace the frame came with: its handling is a `chat.accept`
+        span in it (docs/observability.md#traces)."""
         self.last_active = time.monotonic()
         handled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._inbox.put_nowait(_Inbound(connection_id, frame, handled))
+        self._inbox.put_nowait(_Inbound(connection_id, frame, handled, trace_context))
         return handled
 
     # Writes.
@@ -253,6 +267,8 @@ class ConversationActor:
     async def _input_loop(self) -> None:
         while True:
             item = await self._inbox.get()
+            span = None if item.trace is None else self._accept_span(item)
+            token = None if span is None else otel_context.attach(trace.set_span_in_context(span))
             try:
                 await self._admission.handle(item.connection_id, item.frame)
             except FrameError as exc:
@@ -274,9 +290,27 @@ class ConversationActor:
                     FrameError("internal_error", "The frame could not be handled."),
                 )
             finally:
+                if span is not None and token is not None:
+                    otel_context.detach(token)
+                    span.end()
                 if not item.handled.done():
                     item.handled.set_result(None)
                 self._inbox.task_done()
+
+    def _accept_span(self, item: _Inbound) -> trace.Span:
+        """The span of handling a traced frame (accepting a chat request)."""
+        return TRACER.start_span(
+            "chat.accept",
+            context=item.trace,
+            kind=trace.SpanKind.SERVER,
+            attributes={
+                "durachat.frame.type": str(item.frame.get("type")),
+                "durachat.request_id": str(item.frame.get("id") or ""),
+                "durachat.agent": self.key.agent,
+                "durachat.tenant": self.key.tenant,
+                "durachat.conversation_id": self.conversation_id,
+            },
+        )
 
     async def _turn_loop(self) -> None:
         while True:

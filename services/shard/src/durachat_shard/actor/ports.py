@@ -54,7 +54,12 @@ class TurnSink(Protocol):
     """Where a turn's frames go, in order (`Emitter`: the conversation's event log)."""
 
     def stream_start(
-        self, request_id: str, *, continuation: bool, base: tuple[str, int] | None = None
+        self,
+        request_id: str,
+        *,
+        continuation: bool,
+        base: tuple[str, int] | None = None,
+        traceparent: str | None = None,
     ) -> None: ...
 
     def chunk(self, request_id: str, seq: int, chunk: UIChunk, *, continuation: bool) -> None: ...

@@ -22,6 +22,8 @@ from durachat_shard.recovery import Splice
 
 log = logging.getLogger(__name__)
 
+_CHUNKS = metrics.CHUNKS
+
 
 class StreamStalledError(Exception):
     """The model stream was silent for longer than the agent's `stream_stall_timeout`."""
@@ -123,6 +125,7 @@ class ChunkPump:
             return
         continuation = self._assembler.continuation
         self._emit.chunk(self._request_id, self.seq, chunk, continuation=continuation)
+        _CHUNKS.inc()
         self.seq += 1
 
 

@@ -13,9 +13,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import cast
+
+from opentelemetry import trace
 
 from durachat.agent import Turn, TurnResult, TurnStatusName
 from durachat.messages import ReplyAssembler, new_assistant_id, repair_transcript
@@ -37,6 +40,7 @@ from durachat_shard.actor.pump import ChunkPump, StreamStalledError, close_strea
 from durachat_shard.actor.state import ActiveTurn, ActorState, QueuedTurn
 from durachat_shard.recovery import Splice
 from durachat_shard.requests import ChatRequest, client_tool_names
+from durachat_shard.tracing import TRACER, parent_of, traceparent
 from durachat_shard.transcript import Change, Transcript
 
 log = logging.getLogger(__name__)
@@ -79,6 +83,7 @@ class TurnRunner:
         recovery: RecoveryHooks,
         sync_agent: Callable[[], None],
         event: Callable[[str, JSONDict], None],
+        agent_name: str = "",
     ) -> None:
         self._agent = agent
         self._transcript = transcript
@@ -89,20 +94,57 @@ class TurnRunner:
         self._recovery = recovery
         self._sync_agent = sync_agent
         self._event = event
+        self._agent_name = agent_name
+        self._model_errors = metrics.MODEL_ERRORS.labels(agent_name)
 
     async def run(self, queued: QueuedTurn) -> TurnResult | None:
         """Run one turn; None when it was interrupted (its stream stalled, or the shard is
         handing the conversation over) and is left to recovery.
 
         The turn is the state's active turn from here on; the caller clears it when the turn
-        (and any recovery of it that follows at once) is over.
+        (and any recovery of it that follows at once) is over. It runs in a `chat.turn` span
+        (docs/observability.md#traces), the child of the span that accepted it, or of the
+        `chat.recovery` span of the incident it recovers.
         """
+        began = time.monotonic()
+        span = self._span(queued)
+        result: TurnResult | None = None
+        try:
+            with trace.use_span(span, end_on_exit=False):
+                result = await self._run(queued, traceparent(span))
+            return result
+        finally:
+            outcome = "interrupted" if result is None else result.status
+            metrics.TURN_DURATION.labels(outcome).observe(time.monotonic() - began)
+            if span.is_recording():
+                span.set_attribute("durachat.outcome", outcome)
+                if outcome == "error":
+                    span.set_status(trace.StatusCode.ERROR, result.error if result else None)
+                span.end()
+
+    def _span(self, queued: QueuedTurn) -> trace.Span:
+        recovered = queued.recovery
+        parent = queued.trace
+        if recovered is not None and recovered.incident.span.is_recording():
+            parent = recovered.incident.span.get_span_context()
+        return TRACER.start_span(
+            "chat.turn",
+            context=parent_of(parent),
+            attributes={
+                "durachat.request_id": queued.request.request_id,
+                "durachat.agent": self._agent_name,
+                "durachat.continuation": queued.continuation,
+                "durachat.recovered": recovered is not None,
+            },
+        )
+
+    async def _run(self, queued: QueuedTurn, turn_traceparent: str | None) -> TurnResult | None:
         request = queued.request
         abort = asyncio.Event()
         self._state.active = ActiveTurn(request.request_id, abort)
         self._repair(request)
         seen = self._model_messages(queued)
-        stream = self._open(queued)
+        stream = self._open(queued, turn_traceparent)
         turn = Turn(
             request_id=request.request_id,
             messages=seen,
@@ -169,15 +211,18 @@ class TurnRunner:
         later = [m for m in messages[at + 1 :] if m.get("role") == "assistant"]
         return [*messages[:at], *later, messages[at]]
 
-    def _open(self, queued: QueuedTurn) -> _Stream:
-        """Open the turn's stream in the log (a recovered one goes on where it broke off)."""
+    def _open(self, queued: QueuedTurn, turn_traceparent: str | None) -> _Stream:
+        """Open the turn's stream in the log (a recovered one goes on where it broke off);
+        its start entry carries the turn's traceparent."""
         request_id = queued.request.request_id
         recovered = queued.recovery
         if recovered is not None and recovered.assembler is not None:
             # Continue the interrupted stream: same request, same flags, the next `seq`.
             assembler = recovered.assembler
             if not recovered.live:
-                self._emit.stream_start(request_id, continuation=assembler.continuation)
+                self._emit.stream_start(
+                    request_id, continuation=assembler.continuation, traceparent=turn_traceparent
+                )
             return _Stream(assembler, assembler.continuation, recovered.next_seq, recovered.splice)
         continuation = queued.continuation
         messages = self._transcript.messages
@@ -190,6 +235,7 @@ class TurnRunner:
             request_id,
             continuation=continuation,
             base=(str(base["id"]), len(base["parts"])) if continuation else None,
+            traceparent=turn_traceparent,
         )
         splice = recovered.splice if recovered is not None else None
         return _Stream(ReplyAssembler(base, continuation=continuation), continuation, 0, splice)
@@ -227,6 +273,7 @@ class TurnRunner:
             ending.stalled = True
         except ModelError as exc:
             log.info("model error in %s: %s", turn.request_id, exc)
+            self._model_errors.inc()
             ending.error = exc.public_message or GENERIC_ERROR
         except Exception:
             log.exception("agent failed in %s", turn.request_id)

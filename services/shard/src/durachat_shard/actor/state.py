@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.trace import SpanContext
+
 from durachat.agent import TurnResult
 from durachat.types import JSONDict, UIMessage
 from durachat_shard.recovery import Recovered
@@ -38,6 +40,8 @@ class QueuedTurn:
     """Run when the turn reaches the front, before it starts (`save_messages`)."""
     recovery: Recovered | None = None
     """Set when the turn recovers an interrupted one."""
+    trace: SpanContext | None = None
+    """The span that accepted it (its turn's span is a child), when traced."""
 
 
 @dataclass(slots=True)

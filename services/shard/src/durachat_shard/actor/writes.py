@@ -5,14 +5,22 @@ The actor changes its transcript in memory first and queues the transaction that
 change durable (docs/architecture.md#the-path-of-a-chat-request). Queuing never waits, so a
 reply starts streaming before SQL has caught up; because the transactions run strictly in
 order, the database always goes through the same history as memory, a little behind.
+Each write's lag (queued → committed) is measured; when the code that queued it runs in a
+recording span, the write is a `chat.write` span, its child (docs/observability.md#traces).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Generic, Protocol, TypeVar
+
+from opentelemetry import trace
+
+from durachat_shard.metrics import WRITE_CHAIN_LAG
+from durachat_shard.tracing import TRACER
 
 TxT = TypeVar("TxT")
 TxT_co = TypeVar("TxT_co", covariant=True)
@@ -54,11 +62,19 @@ class WriteChain(Generic[TxT]):
         """Queue `work` after every write queued before it and return its outcome; the caller
         need not wait for it."""
         previous = self._last
+        queued = time.monotonic()
+        traced = trace.get_current_span().is_recording()
 
         async def run() -> None:
             if previous is not None:
                 await previous
-            await self._run(work)
+            if traced:
+                with TRACER.start_as_current_span("chat.write") as span:
+                    span.set_attribute("durachat.write.waited_s", time.monotonic() - queued)
+                    await self._run(work)
+            else:
+                await self._run(work)
+            WRITE_CHAIN_LAG.observe(time.monotonic() - queued)
 
         task: asyncio.Future[None] = asyncio.ensure_future(run())
         task.add_done_callback(self._after)

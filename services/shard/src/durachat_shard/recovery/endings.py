@@ -13,7 +13,12 @@ from durachat.observability import emit as emit_event
 from durachat.recovery import ExhaustedContext, RecoveryContext, SealReason
 from durachat_infra.store import ConversationKey, FencedTransaction, TurnStatus
 from durachat_shard.emitter import Emitter
-from durachat_shard.recovery.incidents import Incident, Incidents
+from durachat_shard.recovery.incidents import (
+    Incident,
+    Incidents,
+    end_recovery_span,
+    on_recovery_span,
+)
 from durachat_shard.transcript import Transcript
 
 log = logging.getLogger(__name__)
@@ -184,6 +189,13 @@ class RecoveryEndings:
         self._emit.recovering(ctx.recovery_root_request_id, active=False)
 
     def _publish_exhausted(
+        self, incident: Incident, ctx: RecoveryContext, reason: SealReason, text: str
+    ) -> None:
+        with on_recovery_span(incident):
+            self._emit_exhausted(incident, ctx, reason, text)
+        end_recovery_span(incident, "chat:recovery:exhausted")
+
+    def _emit_exhausted(
         self, incident: Incident, ctx: RecoveryContext, reason: SealReason, text: str
     ) -> None:
         emit_event(

@@ -3,17 +3,21 @@
 An incident is one interrupted turn (its root request and the user message it answers) across
 every attempt to recover it, on whichever shard. Its budget state lives in SQL so the next
 owner after another crash counts on from it; every transition is published as a
-`chat:recovery:*` event.
+`chat:recovery:*` event. Each attempt is a `chat.recovery` span, linked to the interrupted
+turn's span, and carries the attempt's events (docs/observability.md#traces).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from opentelemetry import trace
+from opentelemetry.trace import INVALID_SPAN, Span, SpanContext
 from redis.asyncio import Redis
 
 from durachat.observability import emit
@@ -25,11 +29,22 @@ from durachat.recovery import (
     evaluate,
 )
 from durachat_infra.store import Store
+from durachat_shard.tracing import start_recovery_span
 
 log = logging.getLogger(__name__)
 
 TOKEN_WINDOW = 3600
 """Seconds of the per-tenant recovery token budget's window."""
+
+FINAL_EVENTS = frozenset(
+    {
+        "chat:recovery:completed",
+        "chat:recovery:failed",
+        "chat:recovery:skipped",
+        "chat:recovery:exhausted",
+    }
+)
+"""Events after which an attempt is over (its span ends)."""
 
 
 class IncidentWriter(Protocol):
@@ -50,6 +65,8 @@ class Incident:
     kind: RecoveryKind
     state: IncidentState
     max_attempts: int
+    span: Span = field(default=INVALID_SPAN)
+    """This attempt's `chat.recovery` span (a no-op one when not traced)."""
 
     def payload(self, reason: str | None = None) -> dict[str, Any]:
         """The payload of its `chat:recovery:*` events (docs/recovery.md#events)."""
@@ -90,15 +107,34 @@ class Incidents:
         self._prefix = key_prefix
 
     async def open(
-        self, incident_id: str, *, request_id: str, root: str, kind: RecoveryKind, progress: int
+        self,
+        incident_id: str,
+        *,
+        request_id: str,
+        root: str,
+        kind: RecoveryKind,
+        progress: int,
+        interrupted: SpanContext | None = None,
     ) -> tuple[Incident, Evaluation]:
         """Count one more attempt of `incident_id` and evaluate its budget; emits
-        `detected` (first sight) and `attempt`."""
+        `detected` (first sight) and `attempt`. The attempt's span links to `interrupted`,
+        the span of the turn that was cut off, when known."""
         stored = await self._store.get_incident(self._conversation_id, incident_id)
         previous = None if stored is None else IncidentState.from_json(stored.attempt, stored.data)
         evaluation = evaluate(previous, progress=progress, now=time.time(), config=self.config)
         incident = Incident(
             incident_id, request_id, root, kind, evaluation.state, self.config.max_attempts
+        )
+        incident.span = start_recovery_span(
+            interrupted,
+            {
+                "durachat.recovery.incident_id": incident_id,
+                "durachat.recovery.attempt": evaluation.state.attempt,
+                "durachat.recovery.kind": kind,
+                "durachat.request_id": request_id,
+                "durachat.agent": self._agent,
+                "durachat.tenant": self._tenant,
+            },
         )
         if evaluation.first:
             self.event("chat:recovery:detected", incident)
@@ -130,14 +166,16 @@ class Incidents:
         return write
 
     def event(self, kind: str, incident: Incident, reason: str | None = None) -> None:
-        """Publish a `chat:recovery:*` event."""
-        emit(
-            kind,
-            agent=self._agent,
-            name=self._name,
-            tenant=self._tenant,
-            payload=incident.payload(reason),
-        )
+        """Publish a `chat:recovery:*` event (also a span event of the attempt's span)."""
+        with on_recovery_span(incident):
+            emit(
+                kind,
+                agent=self._agent,
+                name=self._name,
+                tenant=self._tenant,
+                payload=incident.payload(reason),
+            )
+        end_recovery_span(incident, kind)
 
     async def tenant_budget_spent(self) -> bool:
         """Whether the tenant has used up its recovery tokens for this window."""
@@ -164,3 +202,21 @@ class Incidents:
     def _budget_key(self) -> str:
         window = int(time.time() // TOKEN_WINDOW)
         return f"{self._prefix}:tenant:{self._tenant}:recovery-tokens:{window}"
+
+
+@contextlib.contextmanager
+def on_recovery_span(incident: Incident) -> Iterator[None]:
+    """Make the attempt's span the current one, so the events emitted meanwhile are recorded
+    on it."""
+    if not incident.span.is_recording():
+        yield
+        return
+    with trace.use_span(incident.span, end_on_exit=False):
+        yield
+
+
+def end_recovery_span(incident: Incident, kind: str) -> None:
+    """End the attempt's span once `kind` settled it, noting how it ended."""
+    if kind in FINAL_EVENTS and incident.span.is_recording():
+        incident.span.set_attribute("durachat.recovery.outcome", kind.rsplit(":", 1)[-1])
+        incident.span.end()

@@ -38,6 +38,7 @@ from durachat_shard.recovery.incidents import Incident, Incidents, IncidentWrite
 from durachat_shard.recovery.stream import RebuiltStream, Splice, rebuild_stream
 from durachat_shard.recovery.turns import Interrupted, Recovered
 from durachat_shard.requests import ChatRequest, client_tool_names
+from durachat_shard.tracing import parse_traceparent
 from durachat_shard.transcript import Transcript
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,7 @@ class RecoveryPlanner:
             root=interrupted.root,
             kind=kind,
             progress=found.rebuilt.progress,
+            interrupted=parse_traceparent(found.rebuilt.traceparent),
         )
         ctx = self._context(interrupted, found, incident, kind)
         sealed = await self._seal_reason(evaluation, ctx)

@@ -51,6 +51,8 @@ class RebuiltStream:
     """For a continuation: the assistant message it extends."""
     base_parts: int = 0
     """For a continuation: how many parts that message had when the stream started."""
+    traceparent: str = ""
+    """The W3C traceparent of the turn that started the stream, when it was traced."""
 
     @property
     def progress(self) -> int:
@@ -77,6 +79,7 @@ def rebuild_stream(entries: list[LogEntry], request_id: str) -> RebuiltStream:
                     continuation=bool(control.get("cont")),
                     base_id=base if isinstance(base, str) else None,
                     base_parts=int(control.get("baseParts") or 0),
+                    traceparent=str(control.get("tp") or ""),
                 )
         elif entry.kind is Kind.CHUNK:
             frame = json.loads(entry.frame)
