@@ -72,33 +72,32 @@ class ReasoningPart(TypedDict):
     state: NotRequired[Literal["streaming", "done"] | None]
 
 
+class _ToolCall(TypedDict):
+    """What every tool part carries: the call, its state, its input and its outcome."""
+
+    toolCallId: NonEmpty
+    state: ToolState
+    input: NotRequired[Any]
+    output: NotRequired[Any]
+    errorText: NotRequired[StrictStr | None]
+    providerExecuted: NotRequired[StrictBool | None]
+    preliminary: NotRequired[StrictBool | None]
+    approval: NotRequired[dict[str, Any] | None]
+
+
 @with_config(_OPEN)
-class ToolPart(TypedDict):
+class ToolPart(_ToolCall):
     """`tool-<name>`: a call of a tool the agent or the client defines."""
 
     type: Annotated[StrictStr, Field(pattern=r"^tool-.+")]
-    toolCallId: NonEmpty
-    state: ToolState
-    input: NotRequired[Any]
-    output: NotRequired[Any]
-    errorText: NotRequired[StrictStr | None]
-    providerExecuted: NotRequired[StrictBool | None]
-    preliminary: NotRequired[StrictBool | None]
-    approval: NotRequired[dict[str, Any] | None]
 
 
 @with_config(_OPEN)
-class DynamicToolPart(TypedDict):
+class DynamicToolPart(_ToolCall):
+    """`dynamic-tool`: a call of a tool known only at run time (named by `toolName`)."""
+
     type: Literal["dynamic-tool"]
     toolName: NonEmpty
-    toolCallId: NonEmpty
-    state: ToolState
-    input: NotRequired[Any]
-    output: NotRequired[Any]
-    errorText: NotRequired[StrictStr | None]
-    providerExecuted: NotRequired[StrictBool | None]
-    preliminary: NotRequired[StrictBool | None]
-    approval: NotRequired[dict[str, Any] | None]
 
 
 @with_config(_OPEN)
