@@ -261,10 +261,12 @@ async def test_every_metric_moves_when_its_event_happens(cluster: LocalCluster) 
     await back.close()
 
     jobs_before = await _scrape(cluster, "jobs-1")
+    # Every second when the machine is idle; a busy one can hold the worker's loop for a while.
     await eventually(
         lambda: _moved(
             cluster, "jobs-1", jobs_before, "durachat_jobs_runs_total", job="recover_orphans"
-        )
+        ),
+        timeout=30,
     )
     jobs = await _scrape(cluster, "jobs-1")
     assert _value(jobs, "durachat_jobs_duration_seconds_count", job="recover_orphans") >= 1

@@ -169,7 +169,8 @@ async def test_the_next_owner_continues_an_interrupted_reply(
     events = [
         s.attributes
         for s in exporter.get_finished_spans()
-        if s.attributes and str(s.attributes.get("durachat.event.type", "")).startswith("chat:")
+        if s.attributes
+        and str(s.attributes.get("durachat.event.type", "")).startswith("chat:recovery:")
     ]
     kinds = [e["durachat.event.type"] for e in events]
     assert kinds == [
@@ -178,8 +179,8 @@ async def test_the_next_owner_continues_an_interrupted_reply(
         "chat:recovery:scheduled",
         "chat:recovery:completed",
     ]
-    # The same events reach in-process subscribers.
-    assert seen == kinds
+    # The same events reach in-process subscribers (beside the turn events of the feed).
+    assert [kind for kind in seen if kind.startswith("chat:recovery:")] == kinds
     for event in events:
         assert event["durachat.payload.requestId"] == "req-1"
         assert event["durachat.payload.incidentId"] == "req-1:u1"
