@@ -65,10 +65,12 @@ class WsClient:
         branch: str | None = None,
         token: str | None = None,
         headers: dict[str, str] | None = None,
+        ping_interval: float | None = 20,
     ) -> WsClient:
         """Connect as `_pk` (a fresh id unless given); with `cursor` ("" to start), frames carry
         their log cursor and the connection resumes after the given one; `branch` is the branch
-        the connection views; `token` goes in the query, `headers` with the upgrade."""
+        the connection views; `token` goes in the query, `headers` with the upgrade;
+        `ping_interval` None sends no keepalive pings."""
         pk = pk or str(uuid.uuid4())
         url = base_url.replace("http", "ws", 1) + f"/agents/{agent}/{name}?_pk={pk}"
         if cursor is not None:
@@ -77,7 +79,9 @@ class WsClient:
             url += f"&branch={branch}"
         if token is not None:
             url += f"&token={token}"
-        ws = await websockets.connect(url, max_size=None, additional_headers=headers)
+        ws = await websockets.connect(
+            url, max_size=None, additional_headers=headers, ping_interval=ping_interval
+        )
         return cls(ws, pk)
 
     async def _read(self) -> None:
