@@ -283,7 +283,9 @@ async def test_a_handwritten_reply_with_data_parts(
     assert start["type"] == "start"
     assert start["messageId"].startswith("assistant_")  # stamped by the host
     assert start["messageMetadata"] == {"kind": "report"}
-    # The transient part reaches every tab live.
+    # The transient part reaches every tab live (the other tab, through the other gateway,
+    # may still be reading the reply when the sender has its end).
+    await b.wait_done(request_id)
     status = {"type": "data-status", "data": {"text": "Researching durable chat"}}
     for client in (a, b):
         assert {**status, "transient": True} in client.chunks(request_id)
