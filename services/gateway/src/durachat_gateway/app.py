@@ -46,7 +46,7 @@ from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import ClientConnection, ForwardQueueFullError
 from durachat_gateway.edges import EdgeChecks, origin_allowed, parse_origins
 from durachat_gateway.events_api import connection_event, events_router, gateway_publisher
-from durachat_gateway.forwarder import Forwarder, ForwardError
+from durachat_gateway.forwarder import FORWARDED, Forwarder, ForwardError
 from durachat_gateway.http_errors import install_error_handlers
 from durachat_gateway.mistakes import client_mistake
 from durachat_gateway.playground import mount_playground
@@ -74,15 +74,6 @@ TRY_AGAIN_LATER = 1013
 CONNECTIONS = Gauge("durachat_gateway_connections", "Open client WebSocket connections")
 CHANNELS = Gauge("durachat_gateway_channels", "Conversations followed by this gateway")
 FRAMES_IN = Counter("durachat_gateway_frames_in_total", "Client frames received", ["type"])
-
-FORWARDED = {
-    MessageType.USE_CHAT_REQUEST.value,
-    MessageType.CHAT_MESSAGES.value,
-    MessageType.CHAT_CLEAR.value,
-    MessageType.CHAT_REQUEST_CANCEL.value,
-    MessageType.TOOL_RESULT.value,
-    MessageType.TOOL_APPROVAL.value,
-}
 
 
 @dataclass(slots=True)

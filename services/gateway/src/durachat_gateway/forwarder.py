@@ -5,12 +5,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Final
 
 import httpx
 
+from durachat.protocol import MessageType
 from durachat_gateway.telemetry import trace_headers
 from durachat_infra.cluster import ClusterView
+
+FORWARDED: Final = frozenset(
+    {
+        MessageType.USE_CHAT_REQUEST.value,
+        MessageType.CHAT_MESSAGES.value,
+        MessageType.CHAT_CLEAR.value,
+        MessageType.CHAT_REQUEST_CANCEL.value,
+        MessageType.TOOL_RESULT.value,
+        MessageType.TOOL_APPROVAL.value,
+    }
+)
+"""Client frames that change a conversation: the gateway forwards them to its owner shard
+(and a token needs the `chat` scope to send them)."""
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from durachat.protocol import MessageType
 from durachat_gateway.auth.directory import AuthDirectory
 from durachat_gateway.auth.principal import Principal
 from durachat_gateway.connection import ClientConnection
-from durachat_gateway.forwarder import ForwardError
+from durachat_gateway.forwarder import FORWARDED, ForwardError
 from durachat_gateway.quota_gate import QuotaGate
 from durachat_gateway.tenant_admin import TenantAdmin
 from durachat_infra.eventlog import LogReader
@@ -42,16 +42,6 @@ RESPONSE: Final = MessageType.USE_CHAT_RESPONSE.value
 UNAVAILABLE: Final = (RedisError, OSError, DatabaseUnavailableError)
 """What keeps the quotas from being checked: the counters or the store cannot be reached."""
 
-_CHAT_FRAMES: Final = frozenset(
-    {
-        MessageType.USE_CHAT_REQUEST.value,
-        MessageType.CHAT_MESSAGES.value,
-        MessageType.CHAT_CLEAR.value,
-        MessageType.CHAT_REQUEST_CANCEL.value,
-        MessageType.TOOL_RESULT.value,
-        MessageType.TOOL_APPROVAL.value,
-    }
-)
 _READ_FRAMES: Final = frozenset({MessageType.BRANCHES.value, MessageType.BRANCH_SWITCH.value})
 
 
@@ -60,7 +50,7 @@ def frame_scope(frame: dict[str, Any]) -> str:
     list or view branches, `branches` to change them (`siblings` only reads), `events` for
     the rest (the resume handshake)."""
     kind = frame.get("type")
-    if kind in _CHAT_FRAMES:
+    if kind in FORWARDED:
         return "chat"
     if kind in _READ_FRAMES:
         return "read"
