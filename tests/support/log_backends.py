@@ -7,10 +7,9 @@ the cluster's lease script does. Everything it opens is closed by `close()`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Protocol
-
-from redis.asyncio import Redis
 
 from durachat_infra.eventlog import LogMaintenance, LogReader, LogReads, LogWriter
 from durachat_infra.eventlog.memory import (
@@ -26,7 +25,8 @@ from durachat_infra.eventlog.port import (
     LogReadsPort,
     LogWriterPort,
 )
-from durachat_infra.keys import ConversationKeys
+from durachat_infra.keys import ClusterKeys, ConversationKeys
+from durachat_infra.redis_client import RedisClient, connect_redis
 
 OnFenced = Callable[[ConversationKeys], None]
 Reclaim = Callable[[ConversationKeys], Awaitable[bool]]
@@ -36,7 +36,7 @@ class LogBackend(Protocol):
     """Opens the parts of one event log backend under one key prefix."""
 
     name: str
-    """`memory` or `redis`."""
+    """`memory`, `redis` or `redis-cluster`."""
     prefix: str
     """The key prefix of this test."""
 
@@ -133,17 +133,18 @@ class MemoryLogBackend:
 
 
 class RedisLogBackend:
-    """The session's Redis; `redis` is a client with `decode_responses=True`."""
+    """The session's Redis (`redis`), or its Redis Cluster (`redis-cluster`, seeded by
+    `nodes`); `redis` is a client of it."""
 
-    name = "redis"
-
-    def __init__(self, redis: Redis, url: str, prefix: str) -> None:
+    def __init__(self, redis: RedisClient, url: str, prefix: str, nodes: str | None = None) -> None:
+        self.name = "redis-cluster" if nodes else "redis"
         self.prefix = prefix
         self._redis = redis
         self._url = url
+        self._nodes = nodes
         self._writers: list[LogWriterPort] = []
         self._followers: list[LogFollowerPort] = []
-        self._blocking: list[Redis] = []
+        self._blocking: list[RedisClient] = []
 
     def keys(self, tag: str) -> ConversationKeys:
         return ConversationKeys(self.prefix, tag)
@@ -172,9 +173,11 @@ class RedisLogBackend:
         return LogReads(self._redis)
 
     def follower(self, *, block_ms: int = 5000) -> LogFollowerPort:
-        blocking = Redis.from_url(self._url, decode_responses=True)
+        blocking = connect_redis(self._url, self._nodes, single_connection_client=True)
         self._blocking.append(blocking)
-        wake_key = f"{self.prefix}:gw:{len(self._followers)}:wake"
+        wake_key = functools.partial(
+            ClusterKeys(self.prefix).gateway_wake, f"follower-{len(self._followers)}"
+        )
         follower = LogReader(self._redis, blocking, wake_key, block_ms=block_ms)
         self._followers.append(follower)
         return follower

@@ -9,7 +9,7 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from durachat_infra.jobs import ArqJobQueue
-from durachat_infra.keys import ClusterKeys, ConversationKeys
+from durachat_infra.keys import ClusterKeys, ConversationKeys, JobKeys
 from durachat_infra.store import ConversationKey, Store, migrate
 from durachat_jobs.deps import JobDeps
 from durachat_jobs.membership import sweep_membership
@@ -30,7 +30,7 @@ async def test_sweep_removes_only_dead_shards(redis: Redis, key_prefix: str) -> 
 
 
 async def test_jobs_are_enqueued_once_per_id(redis_url: str, key_prefix: str) -> None:
-    queue = await ArqJobQueue.connect(redis_url, queue_name=f"{key_prefix}:jobs")
+    queue = await ArqJobQueue.connect(redis_url, JobKeys(key_prefix))
     try:
         assert await queue.enqueue("sweep_membership", job_id="sweep-1")
         assert not await queue.enqueue("sweep_membership", job_id="sweep-1")

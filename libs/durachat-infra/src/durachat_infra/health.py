@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
@@ -21,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from durachat_infra.cluster import ShardInfo
 from durachat_infra.keys import ClusterKeys
+from durachat_infra.redis_client import RedisClient
 
 CHECK_TIMEOUT = 2.0
 """Seconds one check may take; probes time out after a few seconds, so checks must not hang."""
@@ -51,7 +51,7 @@ async def run_checks(probes: list[Probe]) -> tuple[int, dict[str, Any]]:
     return (200 if ready else 503), body
 
 
-async def redis_check(redis: Redis, name: str = "redis") -> Check:
+async def redis_check(redis: RedisClient, name: str = "redis") -> Check:
     """Redis answers PING."""
     try:
         async with asyncio.timeout(CHECK_TIMEOUT):
@@ -71,7 +71,7 @@ async def database_check(engine: AsyncEngine) -> Check:
     return Check("database", True)
 
 
-async def registration_check(redis: Redis, keys: ClusterKeys, shard_id: str) -> Check:
+async def registration_check(redis: RedisClient, keys: ClusterKeys, shard_id: str) -> Check:
     """The shard's membership record exists and does not say it is draining."""
     try:
         async with asyncio.timeout(CHECK_TIMEOUT):

@@ -21,9 +21,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from redis.asyncio import Redis
-
 from durachat_infra.keys import ConversationKeys, TenantKeys
+from durachat_infra.redis_client import RedisClient, register_script, run_script_many
 from durachat_infra.settings import QuotaDefaults
 
 __all__ = [
@@ -226,13 +225,13 @@ def parse_turn_member(member: str) -> tuple[str, str, str] | None:
 class QuotaCounters:
     """The quota counters of every tenant in Redis."""
 
-    def __init__(self, redis: Redis, prefix: str) -> None:
+    def __init__(self, redis: RedisClient, prefix: str) -> None:
         self._redis = redis
         self._prefix = prefix
-        self._open = redis.register_script(_OPEN)
-        self._renew = redis.register_script(_RENEW)
-        self._admit = redis.register_script(_ADMIT)
-        self._usage = redis.register_script(_USAGE)
+        self._open = register_script(redis, _OPEN)
+        self._renew = register_script(redis, _RENEW)
+        self._admit = register_script(redis, _ADMIT)
+        self._usage = register_script(redis, _USAGE)
 
     def keys(self, tenant: str) -> TenantKeys:
         """The keys of a tenant's counters."""
@@ -253,12 +252,12 @@ class QuotaCounters:
         """Keep the places of open connections (`{tenant: [member, ...]}`), one round trip."""
         if not members:
             return
-        pipe = self._redis.pipeline(transaction=False)
-        for tenant, names in members.items():
-            if names:
-                keys = [self.keys(tenant).connections]
-                await self._renew(keys=keys, args=[CONNECTION_TTL, *names], client=pipe)
-        await pipe.execute()
+        calls = [
+            ([self.keys(tenant).connections], [CONNECTION_TTL, *names])
+            for tenant, names in members.items()
+            if names
+        ]
+        await run_script_many(self._redis, self._renew, calls)
 
     async def admit_turn(
         self, tenant: str, member: str, quotas: Quotas, *, tokens: int = 0

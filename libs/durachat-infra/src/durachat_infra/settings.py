@@ -65,7 +65,12 @@ class CommonSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DURACHAT_", extra="ignore")
 
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
-    """Redis server holding the event logs, membership, leases and job queues."""
+    """Redis server holding the event logs, membership, leases and job queues (with
+    `REDIS_CLUSTER_NODES`, only its password and scheme are used)."""
+
+    redis_cluster_nodes: str | None = Field(default=None, validation_alias="REDIS_CLUSTER_NODES")
+    """`host:port,host:port,…`: seed nodes of a Redis Cluster to use instead of one server
+    (docs/operations.md#redis-cluster)."""
 
     database_url: str = Field(
         default="sqlite+aiosqlite:///var/durachat.db", validation_alias="DATABASE_URL"

@@ -15,7 +15,6 @@ from typing import Any
 from fastapi import FastAPI, Query, Request, WebSocket
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocketDisconnect
@@ -60,6 +59,7 @@ from durachat_gateway.webhooks_api import webhooks_router
 from durachat_infra.cluster import ClusterView, cluster_auth
 from durachat_infra.eventlog import LogReader
 from durachat_infra.keys import ClusterKeys, conversation_tag
+from durachat_infra.redis_client import RedisClient, connect_redis
 from durachat_infra.settings import GatewaySettings
 from durachat_infra.store import (
     ConversationKey,
@@ -82,7 +82,7 @@ class Runtime:
     """What the gateway's handlers share."""
 
     settings: GatewaySettings
-    redis: Redis
+    redis: RedisClient
     view: ClusterView
     reader: LogReader
     channels: Channels
@@ -103,9 +103,9 @@ def build_app(settings: GatewaySettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         nonlocal runtime
-        redis = Redis.from_url(settings.redis_url, decode_responses=True)
-        blocking = Redis.from_url(
-            settings.redis_url, decode_responses=True, single_connection_client=True
+        redis = connect_redis(settings.redis_url, settings.redis_cluster_nodes)
+        blocking = connect_redis(
+            settings.redis_url, settings.redis_cluster_nodes, single_connection_client=True
         )
         cluster = ClusterKeys(settings.key_prefix)
         view = ClusterView(redis, cluster, refresh=settings.heartbeat_interval)
@@ -113,7 +113,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
         reader = LogReader(
             redis,
             blocking,
-            cluster.gateway_wake(settings.gateway_id),
+            functools.partial(cluster.gateway_wake, settings.gateway_id),
             read_bytes=settings.log_read_bytes,
         )
         await reader.start()

@@ -16,10 +16,10 @@ import logging
 from typing import Final
 
 from prometheus_client import Counter, Gauge
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from durachat_infra.events import EventFilter, FeedEvent, read_feed
+from durachat_infra.redis_client import RedisClient
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class Subscription:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         stream: str,
         cursor: str,
         where: EventFilter,

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from fastapi import APIRouter, Query, Request, WebSocket
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.websockets import WebSocketDisconnect
 
@@ -34,6 +33,7 @@ from durachat_infra.events import (
 )
 from durachat_infra.events.reading import check_cursor
 from durachat_infra.keys import EventKeys
+from durachat_infra.redis_client import RedisClient
 from durachat_infra.settings import GatewaySettings
 from durachat_infra.store import ConversationKey
 
@@ -41,7 +41,7 @@ TRY_AGAIN_LATER = 1013
 """WebSocket close code of a subscriber cut off or a feed that became unavailable."""
 
 
-def gateway_publisher(redis: Redis, settings: GatewaySettings) -> EventPublisher:
+def gateway_publisher(redis: RedisClient, settings: GatewaySettings) -> EventPublisher:
     """The publisher of this gateway's events (start it in the running loop)."""
     return EventPublisher(
         redis,
@@ -125,7 +125,7 @@ def feed_scope(
     )
 
 
-def events_router(redis: Callable[[], Redis], settings: GatewaySettings) -> APIRouter:
+def events_router(redis: Callable[[], RedisClient], settings: GatewaySettings) -> APIRouter:
     """The routes of the event feed."""
     router = APIRouter()
     keys = EventKeys(settings.key_prefix)

@@ -7,7 +7,6 @@ from typing import Protocol
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from redis.asyncio import Redis
 
 from durachat_infra.cluster import ClusterView
 from durachat_infra.health import (
@@ -17,19 +16,20 @@ from durachat_infra.health import (
     redis_check,
     run_checks,
 )
+from durachat_infra.redis_client import RedisClient
 from durachat_infra.store import Store
 
 
 class ReadinessDeps(Protocol):
     """What the readiness checks read from the gateway's runtime."""
 
-    redis: Redis
+    redis: RedisClient
     view: ClusterView
     store: Store
 
 
 def readiness_router(runtime: Callable[[], ReadinessDeps]) -> APIRouter:
-    """`GET /readyz`: Redis and the database answer, and at least one live shard is not
+    """`GET /readyz`: RedisClient and the database answer, and at least one live shard is not
     draining. `/healthz` (alive) stays in the app."""
     router = APIRouter()
 

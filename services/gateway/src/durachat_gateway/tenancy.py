@@ -13,7 +13,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from durachat.observability import EventType, emit
@@ -27,6 +26,7 @@ from durachat_gateway.tenant_admin import TenantAdmin
 from durachat_infra.eventlog import LogReader
 from durachat_infra.keys import ClusterKeys
 from durachat_infra.quotas import QuotaCounters, Refusal
+from durachat_infra.redis_client import RedisClient
 from durachat_infra.settings import GatewaySettings
 from durachat_infra.store import ConversationKey, DatabaseUnavailableError
 from durachat_infra.store.port import StorePort, TenantStorePort
@@ -118,7 +118,7 @@ class Tenancy:
 
     @classmethod
     async def start(
-        cls, settings: GatewaySettings, store: StorePort, redis: Redis, reader: LogReader
+        cls, settings: GatewaySettings, store: StorePort, redis: RedisClient, reader: LogReader
     ) -> Tenancy:
         """Load the directory and start following changes and counting."""
         assert settings.admin_key is not None

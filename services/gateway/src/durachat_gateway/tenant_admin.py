@@ -8,12 +8,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from redis.asyncio import Redis
-
 from durachat_gateway.auth.credentials import NewApiKey, new_api_key, new_signing_key
 from durachat_gateway.auth.directory import AuthDirectory
 from durachat_infra.keys import ConversationKeys, conversation_tag
 from durachat_infra.quotas import QuotaCounters
+from durachat_infra.redis_client import RedisClient
 from durachat_infra.store import (
     ApiKeyRecord,
     ConversationKey,
@@ -54,7 +53,7 @@ class TenantAdmin:
     def __init__(
         self,
         store: TenantStorePort,
-        redis: Redis,
+        redis: RedisClient,
         directory: AuthDirectory,
         counters: QuotaCounters,
         *,

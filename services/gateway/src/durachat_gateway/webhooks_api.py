@@ -11,7 +11,6 @@ from typing import Any, Final
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from durachat_gateway.auth.principal import tenant_of
@@ -25,6 +24,7 @@ from durachat_infra.events.webhooks import (
     new_webhook_secret,
 )
 from durachat_infra.keys import EventKeys
+from durachat_infra.redis_client import RedisClient
 from durachat_infra.store import DatabaseUnavailableError, UnknownTenantError
 from durachat_infra.store.port import StorePort
 
@@ -57,7 +57,7 @@ def _unknown() -> JSONResponse:
 
 
 def webhooks_router(
-    store: Callable[[], StorePort], redis: Callable[[], Redis], key_prefix: str
+    store: Callable[[], StorePort], redis: Callable[[], RedisClient], key_prefix: str
 ) -> APIRouter:
     """The webhook routes."""
     router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from redis.asyncio import Redis
 
 from durachat_infra.cluster import ClusterView
 from durachat_infra.keys import ClusterKeys
+from durachat_infra.redis_client import RedisClient
 from durachat_infra.store import ConversationKey, Store
 
 
@@ -18,7 +18,7 @@ from durachat_infra.store import ConversationKey, Store
 class JobDeps:
     """What the jobs share, built once by the worker (`ctx["durachat"]`)."""
 
-    redis: Redis
+    redis: RedisClient
     keys: ClusterKeys
     shard_ttl: float
     store: Store | None = None

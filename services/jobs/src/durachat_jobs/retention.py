@@ -19,6 +19,7 @@ from durachat_infra.eventlog import (
 )
 from durachat_infra.eventlog.scripts import CLOSE_ABANDONED
 from durachat_infra.keys import ConversationKeys
+from durachat_infra.redis_client import register_script
 from durachat_infra.store._types import utcnow
 from durachat_jobs.deps import JobDeps, job_deps
 
@@ -26,12 +27,11 @@ log = logging.getLogger(__name__)
 
 
 def _log_keys(deps: JobDeps) -> str:
-    return f"{deps.keys.prefix}:{{*}}:log"
+    return ConversationKeys.log_pattern(deps.keys.prefix)
 
 
 def _conversation_keys(deps: JobDeps, log_key: str) -> ConversationKeys:
-    tag = log_key[len(deps.keys.prefix) + 2 : -len("}:log")]
-    return ConversationKeys(deps.keys.prefix, tag)
+    return ConversationKeys.from_log_key(deps.keys.prefix, log_key)
 
 
 async def _stream_states(deps: JobDeps, keys: ConversationKeys) -> dict[str, StreamState]:
@@ -73,7 +73,7 @@ async def close_abandoned_streams(ctx: dict[str, Any]) -> int:
     """
     deps = job_deps(ctx)
     cutoff_ms = int((time.time() - deps.abandoned_stream_after) * 1000)
-    script = deps.redis.register_script(CLOSE_ABANDONED)
+    script = register_script(deps.redis, CLOSE_ABANDONED)
     closed = 0
     async for log_key in deps.redis.scan_iter(match=_log_keys(deps), count=500, _type="STREAM"):
         keys = _conversation_keys(deps, str(log_key))

@@ -15,10 +15,11 @@ import contextlib
 import logging
 import random
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from arq.worker import Worker
+from redis.exceptions import ClusterDownError, RedisClusterException
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -29,12 +30,14 @@ log = logging.getLogger(__name__)
 UNAVAILABLE = (
     RedisConnectionError,
     RedisTimeoutError,
+    ClusterDownError,
+    RedisClusterException,
     DatabaseUnavailableError,
     OSError,
     TimeoutError,
 )
 """Errors that mean a dependency is away for now (Redis loading its data after a restart raises
-a `ConnectionError` too)."""
+a `ConnectionError` too; a Redis Cluster without a quorum of masters, the cluster errors)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,28 +60,37 @@ class Backoff:
 
 
 async def supervise(
-    build: Callable[[], Worker], *, stop: asyncio.Event, backoff: Backoff | None = None
+    build: Callable[[], Awaitable[Worker]],
+    *,
+    stop: asyncio.Event,
+    backoff: Backoff | None = None,
 ) -> None:
     """Run workers made by `build` (without arq's own signal handling) until `stop` is set,
-    starting a new one whenever one ends on an error."""
+    starting a new one whenever one ends on an error (or could not be made: `build` finds the
+    queue's Redis node on a cluster)."""
     backoff = backoff or Backoff()
     loop = asyncio.get_running_loop()
     delay = backoff.initial
     while not stop.is_set():
-        worker = build()
         started = loop.time()
-        main = asyncio.create_task(worker.main(), name="jobs-worker")
-        worker.main_task = main
-        stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({main, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        if not main.done():
-            main.cancel()
-            await asyncio.gather(main, return_exceptions=True)
+        error: BaseException | None
+        try:
+            worker = await build()
+        except UNAVAILABLE as exc:
+            error = exc
+        else:
+            main = asyncio.create_task(worker.main(), name="jobs-worker")
+            worker.main_task = main
+            stopping = asyncio.create_task(stop.wait())
+            await asyncio.wait({main, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not main.done():
+                main.cancel()
+                await asyncio.gather(main, return_exceptions=True)
+                await close_worker(worker)
+                return
+            error = None if main.cancelled() else main.exception()
             await close_worker(worker)
-            return
-        error = None if main.cancelled() else main.exception()
-        await close_worker(worker)
         if error is None:
             return
         if loop.time() - started >= backoff.reset_after:

@@ -23,14 +23,14 @@ import httpx
 from arq import Retry
 from arq.connections import ArqRedis
 from prometheus_client import Counter
-from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from durachat.observability.feed import FeedEvent, type_matches
 from durachat.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_delivery
 from durachat_infra.events.record import FIELD
 from durachat_infra.events.webhooks import is_private_address
-from durachat_infra.keys import EventKeys
+from durachat_infra.keys import EventKeys, JobKeys
+from durachat_infra.redis_client import RedisClient
 from durachat_infra.settings import WebhookSettings
 from durachat_infra.store import DatabaseUnavailableError, StoreError, WebhookRecord
 from durachat_infra.store.port import StorePort
@@ -55,11 +55,11 @@ CLAIM_IDLE_MS: Final = 30_000
 class WebhookDispatcher:
     """Routes the events of every tenant to their webhooks' delivery jobs."""
 
-    redis: Redis
+    redis: RedisClient
     queue: ArqRedis
     store: StorePort
     keys: EventKeys
-    queue_name: str
+    jobs: JobKeys
     consumer: str
     _cache: dict[str, tuple[float, list[WebhookRecord]]] = field(default_factory=dict)
     _task: asyncio.Task[None] | None = None
@@ -128,8 +128,8 @@ class WebhookDispatcher:
                                 event.tenant,
                                 hook.id,
                                 event.to_json(),
-                                _queue_name=self.queue_name,
-                                _job_id=f"wh:{hook.id}:{event.id}",
+                                _queue_name=self.jobs.queue,
+                                _job_id=self.jobs.job_id(f"wh:{hook.id}:{event.id}"),
                             )
             done.append(str(entry_id))
         if done:
@@ -151,7 +151,7 @@ class WebhookDispatcher:
 class WebhookDelivery:
     """What a delivery job needs (`ctx["webhooks"]`)."""
 
-    redis: Redis
+    redis: RedisClient
     store: StorePort
     keys: EventKeys
     settings: WebhookSettings

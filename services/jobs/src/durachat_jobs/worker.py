@@ -10,13 +10,13 @@ import httpx
 from arq import cron
 from arq.typing import WorkerCoroutine
 from arq.worker import Function, Worker, func
-from redis.asyncio import Redis
 
 from durachat_infra.cluster import ClusterView, cluster_auth
 from durachat_infra.events import DEFAULT_TENANT, EventPublisher
 from durachat_infra.health import Check, database_check, redis_check, run_checks
 from durachat_infra.jobs.arq_adapter import JOB_DESERIALIZER, JOB_SERIALIZER, arq_redis_settings
-from durachat_infra.keys import ClusterKeys, EventKeys
+from durachat_infra.keys import ClusterKeys, EventKeys, JobKeys
+from durachat_infra.redis_client import connect_redis
 from durachat_infra.settings import ClusterTiming, JobsSettings
 from durachat_infra.store import Store, migrate
 from durachat_jobs.deps import JobDeps
@@ -42,9 +42,9 @@ close_abandoned_streams = metered(_close_abandoned_streams)
 sweep_incidents = metered(_sweep_incidents)
 
 
-def queue_name(settings: JobsSettings) -> str:
-    """The arq queue of this cluster."""
-    return f"{settings.key_prefix}:jobs"
+def job_keys(settings: JobsSettings) -> JobKeys:
+    """The names of this cluster's arq queue and jobs."""
+    return JobKeys(settings.key_prefix)
 
 
 def listener_port(settings: JobsSettings) -> int | None:
@@ -59,9 +59,10 @@ def _every(seconds: int) -> set[int]:
     return set(range(0, 60, step))
 
 
-def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
+async def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
     """An arq worker with durachat's jobs and schedules, to run under `supervise` (which
     handles signals and starts a new worker when Redis was away)."""
+    jobs = job_keys(settings)
 
     async def startup(ctx: dict[str, Any]) -> None:
         port = listener_port(settings)
@@ -71,7 +72,7 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
             await health.start()
             ctx["health"] = health
         await migrate(settings.database_url)
-        redis = Redis.from_url(settings.redis_url, decode_responses=True)
+        redis = connect_redis(settings.redis_url, settings.redis_cluster_nodes)
         keys = ClusterKeys(settings.key_prefix)
         view = ClusterView(redis, keys, refresh=timing.heartbeat_interval)
         try:
@@ -108,7 +109,7 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
             queue=ctx["redis"],
             store=store,
             keys=event_keys,
-            queue_name=queue_name(settings),
+            jobs=jobs,
             consumer=f"{socket.gethostname()}:{os.getpid()}",
         )
         dispatcher.start()
@@ -168,19 +169,38 @@ def build_worker(settings: JobsSettings, timing: ClusterTiming) -> Worker:
     return Worker(
         functions=functions,
         cron_jobs=[
-            cron(sweep_membership, second=_every(10), unique=True),
+            # Named with the queue's hash tag: arq makes each run's job id from the name.
+            cron(
+                sweep_membership,
+                name=jobs.cron_name("sweep_membership"),
+                second=_every(10),
+                unique=True,
+            ),
             cron(
                 recover_orphans,
+                name=jobs.cron_name("recover_orphans"),
                 second=_every(settings.orphan_scan_interval),
                 unique=True,
                 run_at_startup=True,
             ),
-            cron(trim_logs, unique=True, **retention_cron),
-            cron(close_abandoned_streams, unique=True, **retention_cron),
-            cron(sweep_incidents, unique=True, **retention_cron),
+            cron(trim_logs, name=jobs.cron_name("trim_logs"), unique=True, **retention_cron),
+            cron(
+                close_abandoned_streams,
+                name=jobs.cron_name("close_abandoned_streams"),
+                unique=True,
+                **retention_cron,
+            ),
+            cron(
+                sweep_incidents,
+                name=jobs.cron_name("sweep_incidents"),
+                unique=True,
+                **retention_cron,
+            ),
         ],
-        redis_settings=arq_redis_settings(settings.redis_url),
-        queue_name=queue_name(settings),
+        redis_settings=await arq_redis_settings(
+            settings.redis_url, jobs, settings.redis_cluster_nodes
+        ),
+        queue_name=jobs.queue,
         on_startup=startup,
         on_shutdown=shutdown,
         job_serializer=JOB_SERIALIZER,

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from redis.asyncio import Redis
-
 from durachat.protocol import (
     MAIN_BRANCH,
     MessageType,
@@ -43,13 +41,19 @@ from durachat_infra.eventlog import (
     state_fields,
 )
 from durachat_infra.keys import ConversationKeys
+from durachat_infra.redis_client import RedisClient
 
 
 class Emitter:
     """Writes one conversation's outgoing frames to its event log, in order."""
 
     def __init__(
-        self, writer: LogWriter, keys: ConversationKeys, redis: Redis, *, branch: str = MAIN_BRANCH
+        self,
+        writer: LogWriter,
+        keys: ConversationKeys,
+        redis: RedisClient,
+        *,
+        branch: str = MAIN_BRANCH,
     ) -> None:
         self._writer = writer
         self.keys = keys

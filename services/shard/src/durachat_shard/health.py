@@ -6,15 +6,15 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from redis.asyncio import Redis
 
 from durachat_infra.health import database_check, redis_check, registration_check, run_checks
 from durachat_infra.keys import ClusterKeys
+from durachat_infra.redis_client import RedisClient
 from durachat_infra.store import Store
 
 
-def health_router(redis: Redis, store: Store, keys: ClusterKeys, shard_id: str) -> APIRouter:
-    """`GET /healthz` (alive) and `GET /readyz`: Redis and the database answer, and the shard
+def health_router(redis: RedisClient, store: Store, keys: ClusterKeys, shard_id: str) -> APIRouter:
+    """`GET /healthz` (alive) and `GET /readyz`: RedisClient and the database answer, and the shard
     is registered and not draining (a draining shard takes no conversation on)."""
     router = APIRouter()
 

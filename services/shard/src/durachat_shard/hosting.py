@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass
 
 import httpx
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from durachat import limits
@@ -19,6 +18,7 @@ from durachat.types import UIMessage
 from durachat_infra.cluster import ClusterView, LeaseHeldError, Leases, wake_owner
 from durachat_infra.eventlog import LogWriter
 from durachat_infra.keys import ConversationKeys, conversation_tag
+from durachat_infra.redis_client import RedisClient
 from durachat_infra.store import (
     MAIN_BRANCH,
     BranchRef,
@@ -117,7 +117,7 @@ class Conversations:
         view: ClusterView,
         lease_ttl: float,
         idle_evict_after: float,
-        redis: Redis,
+        redis: RedisClient,
         drain_timeout: float = 10.0,
         turn_heartbeat_interval: float = 2.0,
         meter: TokenMeter | None = None,
@@ -414,7 +414,7 @@ class Conversations:
             await self._store.claim(conversation_id, epoch, fresh=fresh)
             return epoch
         except FencedError as exc:
-            # The database has seen a newer epoch than Redis hands out: Redis lost its data.
+            # The database has seen a newer epoch than Redis hands out: RedisClient lost its data.
             # Holding the lease, this shard is the rightful owner; move past the stored epoch.
             log.warning("epoch counter behind the database for %s; advancing it", keys.tag)
             try:

@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterator
 
 import uvicorn
-from redis.asyncio import Redis
 
 from durachat.agent import AgentRegistry
 from durachat_infra.cluster import (
@@ -27,6 +26,7 @@ from durachat_infra.events import DEFAULT_TENANT, EventPublisher
 from durachat_infra.keys import ClusterKeys, EventKeys
 from durachat_infra.metrics_server import serve_metrics
 from durachat_infra.quotas import QuotaCounters
+from durachat_infra.redis_client import connect_redis
 from durachat_infra.runtime import settle_heap
 from durachat_infra.settings import ShardSettings
 from durachat_infra.store import Store, migrate
@@ -66,7 +66,7 @@ async def serve(settings: ShardSettings) -> None:
         log.warning("DURACHAT_CLUSTER_SECRET is not set: the internal API takes unsigned calls")
     await migrate(settings.database_url)
     store = Store.from_url(settings.database_url)
-    redis = Redis.from_url(settings.redis_url, decode_responses=True)
+    redis = connect_redis(settings.redis_url, settings.redis_cluster_nodes)
     cluster_keys = ClusterKeys(settings.key_prefix)
     fenced: list[Conversations] = []
     writer = LogWriter(

@@ -8,7 +8,6 @@ import contextlib
 import logging
 from collections import Counter
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from durachat.protocol import MAIN_BRANCH
@@ -16,6 +15,7 @@ from durachat.types import UIChunk
 from durachat_infra.eventlog import LogWriter
 from durachat_infra.keys import ConversationKeys
 from durachat_infra.quotas import QuotaCounters, estimate_tokens
+from durachat_infra.redis_client import RedisClient
 from durachat_infra.tasks import cancel_and_wait
 from durachat_shard.emitter import Emitter
 from durachat_shard.metrics import MODEL_TOKENS
@@ -89,7 +89,7 @@ class MeteredEmitter(Emitter):
         self,
         writer: LogWriter,
         keys: ConversationKeys,
-        redis: Redis,
+        redis: RedisClient,
         *,
         branch: str = MAIN_BRANCH,
         meter: TokenMeter,

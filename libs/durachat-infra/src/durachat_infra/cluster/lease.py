@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-
 from durachat_infra.keys import ClusterKeys, ConversationKeys
+from durachat_infra.redis_client import RedisClient, register_script, run_script_many
 
 # KEYS: lease, epoch. ARGV: shard id, ttl ms, whether the current holder may be displaced ("1"
 # when its membership record is gone). Returns {epoch, acquired-now flag} or {-1, holder}.
@@ -88,16 +87,16 @@ class LeaseHeldError(Exception):
 class Leases:
     """Acquire, renew and release conversation leases for one shard."""
 
-    def __init__(self, redis: Redis, cluster: ClusterKeys, shard_id: str, ttl: float) -> None:
+    def __init__(self, redis: RedisClient, cluster: ClusterKeys, shard_id: str, ttl: float) -> None:
         self._redis = redis
         self._cluster = cluster
         self._shard_id = shard_id
         self._ttl_ms = str(int(ttl * 1000))
-        self._acquire = redis.register_script(_ACQUIRE)
-        self._renew = redis.register_script(_RENEW)
-        self._release = redis.register_script(_RELEASE)
-        self._advance = redis.register_script(_ADVANCE)
-        self._reclaim = redis.register_script(_RECLAIM)
+        self._acquire = register_script(redis, _ACQUIRE)
+        self._renew = register_script(redis, _RENEW)
+        self._release = register_script(redis, _RELEASE)
+        self._advance = register_script(redis, _ADVANCE)
+        self._reclaim = register_script(redis, _RECLAIM)
 
     async def acquire(self, keys: ConversationKeys) -> LeaseGrant:
         """Take the lease (or confirm it); raises `LeaseHeldError` if a live shard holds it.
@@ -137,10 +136,8 @@ class Leases:
 
     async def renew_many(self, many: list[ConversationKeys]) -> list[bool]:
         """Extend many leases in one round trip."""
-        pipe = self._redis.pipeline(transaction=False)
-        for keys in many:
-            await self._renew(keys=[keys.lease], args=[self._shard_id, self._ttl_ms], client=pipe)
-        return [bool(r) for r in await pipe.execute()]
+        calls = [([keys.lease], [self._shard_id, self._ttl_ms]) for keys in many]
+        return [bool(r) for r in await run_script_many(self._redis, self._renew, calls)]
 
     async def reclaim(self, keys: ConversationKeys, epoch: int) -> bool:
         """Take back a lease this shard held at `epoch` and lost (it expired while Redis was

@@ -9,11 +9,11 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from durachat_infra.cluster.rendezvous import owner_of
 from durachat_infra.keys import ClusterKeys
+from durachat_infra.redis_client import RedisClient
 from durachat_infra.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class ShardRegistration:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         keys: ClusterKeys,
         info: ShardInfo,
         *,
@@ -90,7 +90,7 @@ class ShardRegistration:
         """Stop heartbeating and deregister at once."""
         await cancel_and_wait(self._task)
         try:
-            pipe = self._redis.pipeline(transaction=True)
+            pipe = self._redis.pipeline(transaction=False)
             pipe.delete(self._keys.shard(self._info.id))
             pipe.zrem(self._keys.shards, self._info.id)
             await pipe.execute()
@@ -107,7 +107,7 @@ class ShardRegistration:
             active_conversations=self._active(),
             draining=self._draining,
         )
-        pipe = self._redis.pipeline(transaction=True)
+        pipe = self._redis.pipeline(transaction=False)
         pipe.set(self._keys.shard(self._info.id), info.to_json(), px=self._ttl_ms)
         pipe.zadd(self._keys.shards, {self._info.id: time.time()})
         await pipe.execute()
@@ -124,7 +124,7 @@ class ShardRegistration:
 class ClusterView:
     """A periodically refreshed view of the live shards."""
 
-    def __init__(self, redis: Redis, keys: ClusterKeys, *, refresh: float) -> None:
+    def __init__(self, redis: RedisClient, keys: ClusterKeys, *, refresh: float) -> None:
         self._redis = redis
         self._keys = keys
         self._refresh = refresh

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
-from redis.asyncio import Redis
-
 from durachat_infra.eventlog.entries import branch_tag
 from durachat_infra.eventlog.reader import LogReads
 from durachat_infra.eventlog.scripts import CLOSE_ABANDONED, RECOUNT_BYTES
 from durachat_infra.eventlog.state import StreamState, state_fields, state_prefix
 from durachat_infra.keys import ConversationKeys
+from durachat_infra.redis_client import RedisClient, register_script
 
 __all__ = ["LogMaintenance"]
 
@@ -20,18 +19,17 @@ __all__ = ["LogMaintenance"]
 class LogMaintenance(LogReads):
     """The event logs of every conversation under `prefix` (`LogMaintenancePort` on Redis)."""
 
-    def __init__(self, redis: Redis, prefix: str) -> None:
+    def __init__(self, redis: RedisClient, prefix: str) -> None:
         super().__init__(redis)
         self._prefix = prefix
-        self._close = redis.register_script(CLOSE_ABANDONED)
-        self._recount = redis.register_script(RECOUNT_BYTES)
+        self._close = register_script(redis, CLOSE_ABANDONED)
+        self._recount = register_script(redis, RECOUNT_BYTES)
 
     async def logs(self) -> AsyncIterator[ConversationKeys]:
         """The keys of every conversation that has a log (a `SCAN` over the stream keys)."""
-        pattern = f"{self._prefix}:{{*}}:log"
+        pattern = ConversationKeys.log_pattern(self._prefix)
         async for log_key in self._redis.scan_iter(match=pattern, count=500, _type="STREAM"):
-            tag = str(log_key)[len(self._prefix) + 2 : -len("}:log")]
-            yield ConversationKeys(self._prefix, tag)
+            yield ConversationKeys.from_log_key(self._prefix, str(log_key))
 
     async def trim(self, keys: ConversationKeys, min_id: str) -> int:
         """Delete the entries older than `min_id` (exactly, not `~`); returns how many."""

@@ -9,12 +9,12 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from durachat_infra.eventlog.entries import ALL, Kind
 from durachat_infra.eventlog.scripts import APPEND
 from durachat_infra.keys import ConversationKeys
+from durachat_infra.redis_client import RedisClient, queue_evalsha, register_script
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class LogWriter:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         *,
         owner: str = "",
         maxlen: int = 10_000,
@@ -81,7 +81,7 @@ class LogWriter:
         self._max_bytes = str(max_bytes)
         self._queue: dict[ConversationKeys, list[_Append]] = {}
         self._flusher: asyncio.Task[None] | None = None
-        self._script = redis.register_script(APPEND)
+        self._script = register_script(redis, APPEND)
         self._loaded = False
         self._on_fenced = on_fenced
         self._reclaim = reclaim
@@ -222,15 +222,11 @@ class LogWriter:
                     item.state,
                     item.branch,
                 ]
-            pipe.evalsha(
+            queue_evalsha(
+                pipe,
                 self._script.sha,
-                5,
-                keys.log,
-                keys.state,
-                keys.lease,
-                keys.appended,
-                keys.log_bytes,
-                *args,
+                [keys.log, keys.state, keys.lease, keys.appended, keys.log_bytes],
+                args,
             )
         results: list[object] = await pipe.execute(raise_on_error=False)
         if any(isinstance(r, NoScriptError) for r in results):

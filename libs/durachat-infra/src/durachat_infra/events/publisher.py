@@ -20,12 +20,12 @@ from collections import deque
 from collections.abc import Callable
 
 from prometheus_client import Counter
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from durachat.observability import Channel, Event, subscribe
 from durachat_infra.events.record import FIELD, feed_event_of
 from durachat_infra.keys import EventKeys
+from durachat_infra.redis_client import RedisClient
 from durachat_infra.settings import EventFeedSettings
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class EventPublisher:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         keys: EventKeys,
         *,
         process: str,

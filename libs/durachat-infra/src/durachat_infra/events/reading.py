@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from redis.asyncio import Redis
-
 from durachat_infra.events.record import FIELD, FeedEvent
+from durachat_infra.redis_client import RedisClient
 
 _CURSOR: Final = re.compile(r"\d{1,20}(-\d{1,20})?")
 
@@ -28,7 +27,7 @@ def check_cursor(raw: str) -> str:
     return value if "-" in value else f"{value}-0"
 
 
-async def feed_tail(redis: Redis, stream: str) -> str:
+async def feed_tail(redis: RedisClient, stream: str) -> str:
     """The id of the stream's last entry (`0-0` when it is empty or missing): a subscriber
     starting now reads after it."""
     last = await redis.xrevrange(stream, count=1)
@@ -36,7 +35,7 @@ async def feed_tail(redis: Redis, stream: str) -> str:
 
 
 async def read_feed(
-    redis: Redis, stream: str, after: str, *, block_ms: int, count: int = 500
+    redis: RedisClient, stream: str, after: str, *, block_ms: int, count: int = 500
 ) -> tuple[str, list[FeedEvent]]:
     """The events after `after`, waiting up to `block_ms` for the first; returns the cursor
     to read from next (past entries that are not events too) and the events."""

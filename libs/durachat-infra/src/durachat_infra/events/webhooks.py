@@ -11,9 +11,8 @@ from collections.abc import Awaitable
 from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
-from redis.asyncio import Redis
-
 from durachat_infra.keys import EventKeys
+from durachat_infra.redis_client import RedisClient
 
 MAX_URL: Final = 2048
 """Longest webhook URL accepted."""
@@ -76,7 +75,7 @@ def is_private_address(host: str) -> bool:
 
 
 async def dead_letters(
-    redis: Redis, keys: EventKeys, tenant: str, webhook_id: str, *, limit: int = 100
+    redis: RedisClient, keys: EventKeys, tenant: str, webhook_id: str, *, limit: int = 100
 ) -> list[dict[str, Any]]:
     """The failed deliveries of a webhook, newest first."""
     pending = redis.lrange(keys.dead_letters(tenant, webhook_id), 0, max(0, limit - 1))

