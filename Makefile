@@ -10,7 +10,7 @@ export UV_PYTHON := $(PYTHON)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install run test test-py test-compat lint format bench bench-check bench-auth bench-tracing soak chaos fuzz clean chromium playground
+.PHONY: help install run run-redis-cluster test test-py test-redis-cluster test-compat lint format bench bench-check bench-auth bench-tracing soak chaos fuzz clean chromium playground
 
 help:  # List the targets
 	@grep -E '^[a-z-]+:.*#' Makefile | sed -E 's/:.*#/\t/'
@@ -25,8 +25,11 @@ $(BIN)/.installed: $(UV) uv.lock pyproject.toml libs/*/pyproject.toml services/*
 
 install: $(BIN)/.installed  # Create the environment and install everything (locked)
 
-run: install  # Start a local cluster: 1 gateway, 2 shards, 1 jobs worker (PORT, REDIS_URL, DATABASE_URL)
+run: install  # Start a local cluster: 1 gateway, 2 shards, 1 jobs worker (PORT, REDIS_URL, REDIS_CLUSTER_NODES, DATABASE_URL)
 	$(BIN)/durachat-local
+
+run-redis-cluster: install  # Like run, on an embedded Redis Cluster of three masters
+	$(BIN)/durachat-local --redis-cluster 3
 
 tests/compat/node_modules/.installed: tests/compat/package.json tests/compat/package-lock.json
 	cd tests/compat && npm ci --no-audit --no-fund --loglevel=error
@@ -40,8 +43,20 @@ chromium:  # Install Chromium for the browser test when it is missing (apt-get, 
 playground:  # Build the web playground into services/gateway (served at /playground)
 	cd playground && npm ci --no-audit --no-fund --loglevel=error && npm run build
 
-test: install tests/compat/node_modules/.installed chromium  # Run the whole suite (starts Redis and PostgreSQL itself)
+# The core of the end-to-end suite (chat, broadcast, resume, recovery after kill -9, branches,
+# jobs) again on a Redis Cluster of three masters; `test-redis-cluster` runs more of it.
+REDIS_CLUSTER_CORE := tests/e2e/test_chat_flows.py tests/e2e/test_recovery.py \
+	tests/e2e/test_branch_forks.py tests/integration/jobs
+REDIS_CLUSTER_MORE := tests/e2e/test_branch_reads.py tests/e2e/test_branch_writes.py \
+	tests/e2e/test_failover.py tests/e2e/test_client.py tests/e2e/test_event_feed.py \
+	tests/e2e/test_auth_quotas.py tests/e2e/test_webhooks.py tests/e2e/test_concurrency.py
+
+test: install tests/compat/node_modules/.installed chromium  # Run the whole suite (starts Redis, a Redis Cluster and PostgreSQL itself)
 	$(BIN)/pytest
+	DURACHAT_TEST_REDIS=cluster $(BIN)/pytest -p no:cacheprovider $(REDIS_CLUSTER_CORE)
+
+test-redis-cluster: install  # The end-to-end suite's core and more on a Redis Cluster
+	DURACHAT_TEST_REDIS=cluster $(BIN)/pytest -p no:cacheprovider $(REDIS_CLUSTER_CORE) $(REDIS_CLUSTER_MORE)
 
 test-py: install  # Run the Python suite only
 	$(BIN)/pytest --ignore=tests/compat

@@ -6,12 +6,15 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
+from redis.asyncio import Redis
 
+from durachat_infra.local.redis_cluster import RedisClusterServers
 from durachat_infra.local.redis_server import free_port
 from support.waiting import eventually
 from support.wsclient import WsClient, chat_request, user_message
@@ -85,3 +88,53 @@ async def _two_shards(url: str) -> dict[str, int]:
 async def _replaced(url: str, shard_id: str, old_pid: int) -> bool:
     shards = await _shards(url)
     return shards.get(shard_id) not in (None, old_pid)
+
+
+async def test_make_run_on_a_redis_cluster_spreads_conversations_over_its_masters(
+    tmp_path: Path, redis_cluster_servers: RedisClusterServers
+) -> None:
+    port = free_port()
+    prefix = f"l{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "PORT": str(port),
+        "DURACHAT_VAR_DIR": str(tmp_path / "var"),
+        "DURACHAT_KEY_PREFIX": prefix,
+        "REDIS_CLUSTER_NODES": redis_cluster_servers.nodes,
+    }
+    env.pop("REDIS_URL", None)
+    env.pop("DATABASE_URL", None)
+    launcher = subprocess.Popen(  # noqa: ASYNC220 - a plain child, watched with psutil
+        [sys.executable, "-m", "durachat_infra.local"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await eventually(lambda: _two_shards(url), timeout=90)
+        # No Redis of its own: the launcher's children are the gateway, 2 shards and jobs.
+        children = psutil.Process(launcher.pid).children()
+        assert not any("redis-server" in " ".join(c.cmdline()) for c in children)
+        for i in range(8):
+            client = await WsClient.connect(url, "chat-agent", f"spread-{i}")
+            request = chat_request([user_message(f"hi {i}")])
+            await client.send(request)
+            await client.wait_done(request["id"])
+            assert client.text(request["id"]) == f"echo: hi {i}"
+            await client.close()
+        holding = 0
+        for server in redis_cluster_servers.servers:
+            plain = Redis.from_url(server.url, decode_responses=True)
+            try:
+                found = [k async for k in plain.scan_iter(match=f"{prefix}:*:log")]
+            finally:
+                await plain.aclose()
+            holding += bool(found)
+        assert holding >= 2
+    finally:
+        launcher.send_signal(signal.SIGTERM)
+        output, _ = launcher.communicate(timeout=60)
+    text = output.decode(errors="replace")
+    assert f"redis: cluster {redis_cluster_servers.nodes}" in text
+    assert launcher.returncode == 0

@@ -29,8 +29,12 @@ async def test_sweep_removes_only_dead_shards(redis: Redis, key_prefix: str) -> 
     assert set(await redis.zrange(keys.shards, 0, -1)) == {"alive", "fresh"}
 
 
-async def test_jobs_are_enqueued_once_per_id(redis_url: str, key_prefix: str) -> None:
-    queue = await ArqJobQueue.connect(redis_url, JobKeys(key_prefix))
+async def test_jobs_are_enqueued_once_per_id(
+    redis_url: str, redis_cluster_nodes: str | None, key_prefix: str
+) -> None:
+    queue = await ArqJobQueue.connect(
+        redis_url, JobKeys(key_prefix), cluster_nodes=redis_cluster_nodes
+    )
     try:
         assert await queue.enqueue("sweep_membership", job_id="sweep-1")
         assert not await queue.enqueue("sweep_membership", job_id="sweep-1")
