@@ -56,7 +56,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="durachat,baseline,recovery,branches",
         help="comma-separated: durachat,baseline,recovery,branches,durachat-auth (durachat in "
         "auth mode; `make bench-auth` compares it with durachat),durachat-traced (every turn "
-        "traced and exported; `make bench-tracing`)",
+        "traced and exported; `make bench-tracing`),durachat-redis-cluster (on an embedded "
+        "Redis Cluster of three masters)",
     )
     parser.add_argument(
         "--kills", type=int, default=None, help="SIGKILLs in the recovery bench (6; quick: 2)"
@@ -323,6 +324,14 @@ def main(argv: list[str] | None = None) -> int:
                 elif name == "durachat-auth":
                     target = start_durachat(
                         run_dir / name, cleanup, profile=profile, profile_dir=profile_dir, auth=True
+                    )
+                elif name == "durachat-redis-cluster":
+                    target = start_durachat(
+                        run_dir / name,
+                        cleanup,
+                        profile=profile,
+                        profile_dir=profile_dir,
+                        redis_masters=3,
                     )
                 elif name == "durachat-traced":
                     target = start_durachat(

@@ -99,8 +99,10 @@ def start_durachat(
     profile_dir: Path,
     auth: bool = False,
     traced: bool = False,
+    redis_masters: int = 0,
 ) -> Target:
-    """Start 1 gateway, 2 shards and 1 jobs worker with an embedded Redis; with `auth`, in auth
+    """Start 1 gateway, 2 shards and 1 jobs worker with an embedded Redis (with
+    `redis_masters`, an embedded Redis Cluster of that many masters); with `auth`, in auth
     mode (docs/security.md), every client socket carrying a client token of a tenant without
     quota limits, as a browser app's would; with `traced`, every turn traced (100 % sampling)
     and exported over OTLP/HTTP to a local receiver (docs/observability.md#traces)."""
@@ -123,19 +125,23 @@ def start_durachat(
         database_url=os.environ.get("BENCH_DATABASE_URL") or None,
         env=env,
         log_dir=var_dir / "logs",
+        redis_masters=redis_masters,
     )
     cluster.profile_roles = profile
     cluster.profile_dir = profile_dir
     cleanup.add("durachat cluster", cluster.stop)
     cluster.start(timeout=240)
     procs = [Proc(p.role, p.name, p.pid) for p in cluster.processes]
-    assert cluster.redis is not None and cluster.redis.process is not None
-    procs.append(Proc("redis", "redis", cluster.redis.process.pid))
+    servers = cluster.redis_cluster.servers if cluster.redis_cluster else [cluster.redis]
+    for i, server in enumerate(servers):
+        assert server is not None and server.process is not None
+        procs.append(Proc("redis", "redis" if i == 0 else f"redis-{i + 1}", server.process.pid))
     if sink is not None:
         procs.append(sink)
     gateway = next(p for p in procs if p.role == "gateway")
+    name = "durachat-auth" if auth else "durachat-traced" if traced else "durachat"
     return Target(
-        "durachat-auth" if auth else "durachat-traced" if traced else "durachat",
+        f"{name}-redis-cluster" if redis_masters else name,
         "127.0.0.1",
         cluster.gateway_ports[0],
         "bench-agent",
@@ -143,7 +149,8 @@ def start_durachat(
         procs,
         var_dir / "logs",
         cluster.stop,
-        cluster.redis_url,
+        # Command statistics are read from a single server only.
+        None if redis_masters else cluster.redis_url,
         query=f"token={_bench_token(cluster.urls[0])}" if auth else "",
         otlp_endpoint=endpoint if traced else None,
     )

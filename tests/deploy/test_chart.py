@@ -55,6 +55,13 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         },
         "otlpEndpoint": "http://otel-collector.monitoring:4318",
     },
+    "redis-cluster": {
+        **EXTERNAL,
+        "redis": {
+            "url": "redis://:secret@redis-0.redis:6379/0",
+            "clusterNodes": "redis-0.redis:6379,redis-1.redis:6379,redis-2.redis:6379",
+        },
+    },
     "no-autoscaling": {
         **EXTERNAL,
         "gateway": {"autoscaling": {"enabled": False}, "replicaCount": 3},
@@ -216,6 +223,21 @@ def test_credentials_are_generated_unless_a_secret_is_given() -> None:
         assert spec.env["DATABASE_URL"] == "postgresql://u:p@db:5432/d"
 
 
+def test_every_process_gets_the_redis_cluster_nodes() -> None:
+    objects = chart_objects(render_chart(VALUE_SETS["redis-cluster"]))
+    kinds = set()
+    for spec in chart_processes(objects, {}):
+        if spec.kind in ("gateway", "shard", "jobs"):
+            assert (
+                spec.env["REDIS_CLUSTER_NODES"]
+                == VALUE_SETS["redis-cluster"]["redis"]["clusterNodes"]
+            )
+            assert spec.env["REDIS_URL"] == "redis://:secret@redis-0.redis:6379/0"
+            kinds.add(spec.kind)
+    assert kinds == {"gateway", "shard", "jobs"}
+    assert "REDIS_CLUSTER_NODES" not in json.dumps(chart_objects(render_chart({})))
+
+
 def test_migrations_run_as_a_hook_before_the_processes() -> None:
     external = chart_objects(render_chart(VALUE_SETS["no-autoscaling"]))
     job = _named(external, "Job", "-migrations")
@@ -260,6 +282,8 @@ def test_the_chart_ships_the_same_dashboard_as_deploy() -> None:
             "must exceed shard.drainTimeoutSeconds",
         ),
         ({"gateway": {"replicas": 3}}, "additional properties 'replicas' not allowed"),
+        ({"redis": {"clusterNodes": "redis-0:6379"}}, "redis.clusterNodes needs inClusterRedis"),
+        ({**EXTERNAL, "redis": {"clusterNodes": "redis-0"}}, "clusterNodes"),
     ],
 )
 def test_mistakes_are_refused_with_a_reason(values: dict[str, Any], message: str) -> None:

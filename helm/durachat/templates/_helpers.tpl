@@ -76,6 +76,9 @@ app.kubernetes.io/part-of: durachat
 {{- if not (or .Values.redis.url .Values.redis.existingSecret .Values.inClusterRedis.enabled) -}}
 {{- fail "set redis.url, redis.existingSecret or inClusterRedis.enabled" -}}
 {{- end -}}
+{{- if and .Values.redis.clusterNodes .Values.inClusterRedis.enabled -}}
+{{- fail "redis.clusterNodes needs inClusterRedis.enabled=false and redis.url or redis.existingSecret" -}}
+{{- end -}}
 {{- if le (int .Values.shard.terminationGracePeriodSeconds) (add (int .Values.shard.drainTimeoutSeconds) 5) -}}
 {{- fail "shard.terminationGracePeriodSeconds must exceed shard.drainTimeoutSeconds by more than 5 seconds, or Kubernetes kills shards while they drain" -}}
 {{- end -}}
