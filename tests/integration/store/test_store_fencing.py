@@ -96,6 +96,27 @@ async def test_a_fresh_claim_needs_an_epoch_newer_than_the_stored_one(
     assert found is not None and found.epoch == 4
 
 
+async def test_a_conversation_created_at_an_epoch_is_claimed_for_its_creator(
+    store: StorePort,
+) -> None:
+    key = ConversationKey("default", "agent", "created-claimed")
+    created = await store.get_or_create_conversation(key, epoch=7)
+    assert created.created and created.epoch == 7
+    # Nothing more to claim: the creator writes under its epoch at once, an older one is fenced.
+    async with store.transaction(created.id, 7) as tx:
+        await tx.begin_turn("r1", kind="submit", owner="s", request=None)
+    with pytest.raises(FencedError):
+        async with store.transaction(created.id, 6) as tx:
+            await tx.begin_turn("r2", kind="submit", owner="s", request=None)
+    with pytest.raises(FencedError):
+        await store.claim(created.id, 7, fresh=True)
+    # A conversation that exists keeps its epoch whatever a later caller passes.
+    again = await store.get_or_create_conversation(key, epoch=9)
+    assert not again.created and again.epoch == 7
+    with pytest.raises(ValueError):
+        await store.get_or_create_conversation(ConversationKey("default", "a", "x"), epoch=-1)
+
+
 async def test_reads_see_only_committed_writes(store: StorePort, conv: Conversation) -> None:
     await store.claim(conv.id, 1)
 

@@ -285,8 +285,15 @@ class Conversations:
         if grant.fresh:
             metrics.LEASES_TAKEN.inc()
         try:
-            conversation = await self._store.get_or_create_conversation(key)
-            epoch = await self._claim(keys, conversation.id, grant.epoch, fresh=grant.fresh)
+            # A conversation created here is claimed in the same write (one transaction fewer
+            # on the way to a new conversation's first chunk).
+            conversation = await self._store.get_or_create_conversation(
+                key, epoch=grant.epoch if grant.fresh else 0
+            )
+            if conversation.created and grant.fresh:
+                epoch = grant.epoch
+            else:
+                epoch = await self._claim(keys, conversation.id, grant.epoch, fresh=grant.fresh)
             ref: BranchRef = MAIN_BRANCH if branch == MAIN_BRANCH else int(branch)
             # A conversation this call created holds nothing yet: no reads on the way to the
             # first chunk of a new conversation (docs/benchmarks.md).

@@ -83,8 +83,11 @@ class Store(TurnReads, TenantStore, WebhookStore):
         ```
     """
 
-    async def get_or_create_conversation(self, key: ConversationKey) -> Conversation:
-        """Return the conversation `key`, creating it (with its `main` branch) if needed.
+    async def get_or_create_conversation(
+        self, key: ConversationKey, *, epoch: int = 0
+    ) -> Conversation:
+        """Return the conversation `key`, creating it (with its `main` branch, at fencing epoch
+        `epoch`) if needed.
 
         Safe against concurrent creation of the same key from several processes: exactly one
         row is created and every caller gets it.
@@ -98,8 +101,11 @@ class Store(TurnReads, TenantStore, WebhookStore):
         if found is not None:
             return found
 
+        if epoch < 0:
+            raise ValueError("epoch must not be negative")
+
         async def create(conn: AsyncConnection) -> Conversation:
-            created = await _insert_conversation(conn, key)
+            created = await _insert_conversation(conn, key, epoch)
             if created is None:
                 # Someone else created it meanwhile; their transaction has committed (the insert
                 # waited for it), so a fresh read sees the row and its main branch.
@@ -108,7 +114,7 @@ class Store(TurnReads, TenantStore, WebhookStore):
                     raise StoreError(f"conversation {key} vanished while being created")
                 return found
             await conn.execute(insert(Branch).values(conversation_id=created, name=MAIN_BRANCH))
-            return Conversation(id=created, key=key, epoch=0, created=True)
+            return Conversation(id=created, key=key, epoch=epoch, created=True)
 
         return await self._run_write("get or create conversation", create)
 
@@ -337,8 +343,11 @@ class Store(TurnReads, TenantStore, WebhookStore):
                 await conn.commit()
 
 
-async def _insert_conversation(conn: AsyncConnection, key: ConversationKey) -> int | None:
-    """Insert the conversation's row (without branches); its id, or None if it exists.
+async def _insert_conversation(
+    conn: AsyncConnection, key: ConversationKey, epoch: int = 0
+) -> int | None:
+    """Insert the conversation's row (without branches) at fencing epoch `epoch`; its id, or
+    None if it exists.
 
     Raises:
         UnknownTenantError: `key.tenant` does not exist.
@@ -353,6 +362,7 @@ async def _insert_conversation(conn: AsyncConnection, key: ConversationKey) -> i
             tenant_id=key.tenant,
             agent=key.agent,
             name=key.name,
+            epoch=epoch,
         ).returning(ConversationRow.id)
     )
     return created

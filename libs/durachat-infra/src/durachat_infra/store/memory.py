@@ -94,8 +94,12 @@ class MemoryStore(MemoryTenants, MemoryWebhooks):
     ) -> None:
         await self.close()
 
-    async def get_or_create_conversation(self, key: ConversationKey) -> Conversation:
-        """The conversation `key`, created with an empty `main` if needed."""
+    async def get_or_create_conversation(
+        self, key: ConversationKey, *, epoch: int = 0
+    ) -> Conversation:
+        """The conversation `key`, created (at `epoch`) with an empty `main` if needed."""
+        if epoch < 0:
+            raise ValueError("epoch must not be negative")
         found = await self.find_conversation(key)
         if found is not None:
             return found
@@ -104,6 +108,7 @@ class MemoryStore(MemoryTenants, MemoryWebhooks):
             if found is not None:
                 return found
             state = self._create(key)
+            state.epoch = epoch
             now = utcnow()
             branch = self.database.next_id("branch")
             state.branches[branch] = BranchRow(branch, MAIN_BRANCH, None, None, None, now, now)

@@ -291,9 +291,13 @@ class StorePort(TenantStorePort, Protocol):
     applied (docs/architecture.md#ownership).
     """
 
-    async def get_or_create_conversation(self, key: ConversationKey) -> Conversation:
-        """The conversation `key`, created (at epoch 0, with an empty `main`) if needed; racing
-        creators all get the same one. `UnknownTenantError` for an unknown tenant."""
+    async def get_or_create_conversation(
+        self, key: ConversationKey, *, epoch: int = 0
+    ) -> Conversation:
+        """The conversation `key`, created (at `epoch`, with an empty `main`) if needed; racing
+        creators all get the same one. `UnknownTenantError` for an unknown tenant. A creator
+        holding a fresh lease passes its epoch: the new row is claimed for it in the same
+        write (`created` tells it so), no `claim` needed."""
         ...
 
     async def find_conversation(self, key: ConversationKey) -> Conversation | None:
