@@ -46,8 +46,8 @@ playground:  # Build the web playground into services/gateway (served at /playgr
 # The core of the end-to-end suite (chat, broadcast, resume, recovery after kill -9, branches,
 # jobs) again on a Redis Cluster of three masters; `test-redis-cluster` runs more of it.
 REDIS_CLUSTER_CORE := tests/e2e/test_chat_flows.py tests/e2e/test_recovery.py \
-	tests/e2e/test_branch_forks.py tests/integration/jobs
-REDIS_CLUSTER_MORE := tests/e2e/test_branch_reads.py tests/e2e/test_branch_writes.py \
+	tests/e2e/test_branch_forks.py tests/integration/jobs tests/integration/gateway
+REDIS_CLUSTER_MORE := tests/integration tests/e2e/test_branch_reads.py tests/e2e/test_branch_writes.py \
 	tests/e2e/test_failover.py tests/e2e/test_client.py tests/e2e/test_event_feed.py \
 	tests/e2e/test_auth_quotas.py tests/e2e/test_webhooks.py tests/e2e/test_concurrency.py
 

@@ -31,7 +31,9 @@ def log_redis(request: pytest.FixtureRequest) -> tuple[RedisClient, str, str | N
         return cluster, servers.url, servers.nodes
     client: Redis = request.getfixturevalue("redis")
     url: str = request.getfixturevalue("redis_url")
-    return client, url, None
+    # The session's Redis: a Redis Cluster too under DURACHAT_TEST_REDIS=cluster.
+    nodes: str | None = request.getfixturevalue("redis_cluster_nodes")
+    return client, url, nodes
 
 
 @pytest.fixture

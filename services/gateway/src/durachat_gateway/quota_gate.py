@@ -138,6 +138,8 @@ class QuotaGate:
         self._turns: dict[tuple[str, str], Admitted] = {}
         """(log key, request id) → the turns this gateway admitted."""
         self._headroom: dict[str, Headroom] = {}
+        self._counting: dict[str, set[asyncio.Task[None]]] = defaultdict(set)
+        """By tenant: the counts still to land of turns admitted on headroom."""
         self._reconciled: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
@@ -252,9 +254,16 @@ class QuotaGate:
             counting = asyncio.get_running_loop().create_task(
                 self._count_later(tenant, member, quotas, tokens)
             )
+            pending = self._counting[tenant]
+            pending.add(counting)
+            counting.add_done_callback(pending.discard)
             self._turns[(log_key, request_id)] = Admitted(tenant, member, counting)
             TENANT_TURNS.labels(tenant).inc()
             return member, None
+        if self._counting.get(tenant):
+            # Turns this gateway let on before counting them are counted first, or this count
+            # would not see them and the limit could be overrun.
+            await asyncio.gather(*self._counting[tenant], return_exceptions=True)
         admission = await self._counters.admit_turn(tenant, member, quotas, tokens=tokens)
         refusal = admission.refusal
         if (
