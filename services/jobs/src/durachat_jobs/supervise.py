@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from arq.worker import Worker
-from redis.exceptions import ClusterDownError, RedisClusterException
+from redis.exceptions import AskError, ClusterDownError, MovedError, RedisClusterException
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -96,13 +96,20 @@ async def supervise(
         if loop.time() - started >= backoff.reset_after:
             delay = backoff.initial
         wait = backoff.jittered(delay)
-        if isinstance(error, UNAVAILABLE):
+        if isinstance(error, UNAVAILABLE) or _slot_moved(error):
             log.warning("jobs worker stopped: %r; starting again in %.1f s", error, wait)
         else:
             log.error("jobs worker failed; starting again in %.1f s", wait, exc_info=error)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), wait)
         delay = backoff.next(delay)
+
+
+def _slot_moved(error: BaseException) -> bool:
+    """Whether the queue's slot moved to another Redis Cluster master (resharding, failover):
+    arq's client, which talks to one master, is answered `MOVED`; the next worker finds the
+    new one (docs/operations.md#redis-cluster)."""
+    return isinstance(error, MovedError | AskError) or "MOVED " in str(error)
 
 
 async def close_worker(worker: Worker) -> None:

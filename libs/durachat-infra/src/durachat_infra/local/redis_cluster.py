@@ -8,6 +8,8 @@ import socket
 import time
 from pathlib import Path
 
+from redis import Redis
+
 from durachat_infra.local.redis_server import DEFAULT_MAXMEMORY, RedisServer
 
 SLOTS = 16384
@@ -28,25 +30,9 @@ def cluster_port() -> int:
     raise RuntimeError("no free port pair for a Redis Cluster node")
 
 
-def _command(port: int, *args: str, timeout: float = 5.0) -> bytes:
-    """Send one command (RESP) to the server on `port` and return its raw reply."""
-    payload = f"*{len(args)}\r\n".encode() + b"".join(
-        f"${len(arg.encode())}\r\n{arg}\r\n".encode() for arg in args
-    )
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(payload)
-        reply = b""
-        while not reply.endswith(b"\r\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            reply += chunk
-        # Bulk replies ($<len>) may come in more than one read.
-        if reply.startswith(b"$"):
-            size = int(reply[1 : reply.index(b"\r\n")])
-            while size >= 0 and len(reply) < reply.index(b"\r\n") + 2 + size + 2:
-                reply += sock.recv(65536)
-        return reply
+def _node(port: int) -> Redis:
+    """A client of one node (cluster administration is per node)."""
+    return Redis(host="127.0.0.1", port=port, decode_responses=True, socket_timeout=10)
 
 
 class RedisClusterServers:
@@ -97,11 +83,14 @@ class RedisClusterServers:
         count = len(self.servers)
         for i, server in enumerate(self.servers):
             first, last = i * SLOTS // count, (i + 1) * SLOTS // count
-            reply = _command(server.port, "CLUSTER", "ADDSLOTS", *map(str, range(first, last)))
-            if not reply.startswith(b"+OK") and b"already busy" not in reply:
-                raise RuntimeError(f"CLUSTER ADDSLOTS failed: {reply!r}")
-        for server in self.servers[1:]:
-            _command(server.port, "CLUSTER", "MEET", "127.0.0.1", str(self.servers[0].port))
+            with _node(server.port) as node:
+                node.execute_command("CLUSTER", "ADDSLOTS", *range(first, last))
+        with _node(self.servers[0].port) as first_node:
+            for server in self.servers[1:]:
+                first_node.execute_command("CLUSTER", "MEET", "127.0.0.1", server.port)
+        self._wait_healthy(timeout)
+
+    def _wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if all(self._healthy(server.port) for server in self.servers):
@@ -110,8 +99,38 @@ class RedisClusterServers:
         raise RuntimeError("the Redis Cluster did not become healthy in time")
 
     def _healthy(self, port: int) -> bool:
-        info = _command(port, "CLUSTER", "INFO").decode(errors="replace")
+        with _node(port) as node:
+            info = str(node.execute_command("CLUSTER", "INFO"))
         return "cluster_state:ok" in info and f"cluster_known_nodes:{len(self.servers)}" in info
+
+    def owner_of_slot(self, slot: int) -> int:
+        """Index (in `servers`) of the master serving `slot`."""
+        with _node(self.servers[0].port) as node:
+            for first, last, master, *_ in node.execute_command("CLUSTER", "SLOTS"):
+                if int(first) <= slot <= int(last):
+                    port = int(master[1])
+                    return next(i for i, s in enumerate(self.servers) if s.port == port)
+        raise LookupError(f"no master serves slot {slot}")
+
+    def move_slot(self, slot: int, to: int, timeout: float = 30.0) -> None:
+        """Move `slot` with its keys to master `to` (an index in `servers`), the way
+        `redis-cli --cluster reshard` does: mark it migrating and importing, `MIGRATE` its keys,
+        then tell every master its new owner."""
+        source = self.servers[self.owner_of_slot(slot)]
+        target = self.servers[to]
+        if source is target:
+            return
+        with _node(source.port) as src, _node(target.port) as dst:
+            source_id = str(src.execute_command("CLUSTER", "MYID"))
+            target_id = str(dst.execute_command("CLUSTER", "MYID"))
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+            while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+            for server in self.servers:
+                with _node(server.port) as node:
+                    node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        self._wait_healthy(timeout)
 
     def stop(self) -> None:
         """Stop every server."""
