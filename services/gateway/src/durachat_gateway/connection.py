@@ -42,13 +42,44 @@ class ForwardQueueFullError(Exception):
 
 
 class ClientConnection:
-    """A connected client, fed from a bounded queue by one writer task. `id` is made by the
+    """A connected client, fed from a bounded queue by a writer task. `id` is made by the
     server, unique to this socket (frames are targeted by it); `client_id` is the `_pk` the
     client chose, for logs.
 
     A client that falls `limit` frames behind is disconnected rather than buffered without
     bound; its reconnect resumes from the event log, so it loses nothing.
+
+    Most sockets sit idle most of the time, and a gateway holds thousands of them, so an idle
+    connection keeps as little as it can (docs/benchmarks.md#idle-sockets): no writer task, no
+    queue, no event; the writer runs while frames wait and ends when they are written.
     """
+
+    __slots__ = (
+        "_drained",
+        "_forward_bytes",
+        "_forward_limit",
+        "_forward_room",
+        "_forwarder",
+        "_in_flight",
+        "_limit",
+        "_limit_bytes",
+        "_outbox",
+        "_queue",
+        "_queued_bytes",
+        "_started",
+        "_writer",
+        "branch",
+        "buffer",
+        "client_id",
+        "closed",
+        "cursors",
+        "id",
+        "parked",
+        "pending_resume",
+        "replayed",
+        "replaying",
+        "websocket",
+    )
 
     def __init__(
         self,
@@ -64,13 +95,17 @@ class ClientConnection:
         self.client_id = connection_id
         self._limit = limit
         self._limit_bytes = limit_bytes
-        self._queue: deque[str | None] = deque()
+        self._queue: deque[str | None] | None = None
+        """Frames waiting for the client (None: the end of the writer); made when a frame
+        is queued, dropped when the writer has written them all."""
         self._queued_bytes = 0
         """Length of the queued frames and of the one being written (characters of JSON
         text: bytes for ASCII)."""
-        self._ready = asyncio.Event()
-        self._drained = asyncio.Event()
+        self._drained: asyncio.Event | None = None
+        """Made by the first `room` that has to wait."""
         self._writer: asyncio.Task[None] | None = None
+        """The writer, while frames wait for it."""
+        self._started = False
         self.closed = False
         self.pending_resume: str | None = None
         """Request id offered with `stream_resuming` and not yet ACKed: excluded from broadcasts."""
@@ -104,8 +139,18 @@ class ClientConnection:
         self.send(with_cursor(frame, entry.id) if self.cursors else frame)
 
     def start(self) -> None:
-        """Start the writer."""
-        self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer-{self.id}")
+        """Start writing to the socket: frames queued so far go out now, later ones as they
+        come."""
+        self._started = True
+        if self._queue:
+            self._write()
+
+    def _write(self) -> None:
+        """Start a writer for the queued frames, unless one runs."""
+        if self._writer is None and self._started and self._queue is not None:
+            self._writer = asyncio.get_running_loop().create_task(
+                self._write_loop(self._queue), name=f"ws-writer-{self.id}"
+            )
 
     def forward(self, work: Callable[[], Awaitable[None]], size: int = 0) -> None:
         """Queue work that delivers a client frame (of `size` bytes) to its shard.
@@ -175,6 +220,8 @@ class ClientConnection:
         """Wait until at most half the send buffer is taken (or the connection closed): a
         replay paces itself by it, so a long one is not taken for a slow client."""
         while self.filling and not self.closed:
+            if self._drained is None:
+                self._drained = asyncio.Event()
             self._drained.clear()
             await self._drained.wait()
 
@@ -190,15 +237,17 @@ class ClientConnection:
         if self.closed:
             return
         size = len(text)
-        if self._queue and (
-            len(self._queue) >= self._limit or self._queued_bytes + size > self._limit_bytes
-        ):
+        queue = self._queue
+        if queue is None:
+            queue = self._queue = deque()
+        elif queue and (len(queue) >= self._limit or self._queued_bytes + size > self._limit_bytes):
             self._too_slow()
             return
-        self._queue.append(text)
+        queue.append(text)
         self._queued_bytes += size
         FRAMES_OUT.inc()
-        self._ready.set()
+        if self._writer is None:
+            self._write()
 
     def _too_slow(self) -> None:
         """Disconnect a client that fell too far behind: what is queued for it is dropped at
@@ -207,13 +256,14 @@ class ClientConnection:
         log.warning(
             "client %s is too slow (%d frames, %d bytes queued); disconnecting it",
             self.client_id,
-            len(self._queue),
+            len(self._queue or ()),
             self._queued_bytes,
         )
         self.closed = True
-        self._queue.clear()
+        if self._queue is not None:
+            self._queue.clear()
         self._queued_bytes = 0
-        self._drained.set()
+        self._wake()
         closing = asyncio.get_running_loop().create_task(self._close(SLOW_CONSUMER_CLOSE))
         _draining.add(closing)
         closing.add_done_callback(_draining.discard)
@@ -236,43 +286,49 @@ class ClientConnection:
             self._outbox.put_nowait(None)
             _draining.add(self._forwarder)
             self._forwarder.add_done_callback(_draining.discard)
-        if self._writer is not None:
+        writer = self._writer
+        if writer is not None and self._queue is not None:
             self._queue.append(None)
-            self._ready.set()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._writer
+                await writer
 
     async def _close(self, code: int) -> None:
         """Close with `code`. The writer is stopped first, so the close frame is the next
         thing the socket sends: behind at most the frame being written, not the queue."""
-        if self._writer is not None:
-            self._writer.cancel()
+        writer = self._writer
+        if writer is not None:
+            writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._writer
+                await writer
         # Whatever the socket's state, closing it is the end: nothing to report.
         with contextlib.suppress(Exception):
             await self.websocket.close(code)
 
-    async def _write_loop(self) -> None:
-        queue = self._queue
-        ready = self._ready
+    def _wake(self) -> None:
+        """Wake a replay waiting for room."""
+        if self._drained is not None:
+            self._drained.set()
+
+    async def _write_loop(self, queue: deque[str | None]) -> None:
         send = self.websocket.send_text
         try:
-            while True:
-                while not queue:
-                    ready.clear()
-                    await ready.wait()
+            while queue:
                 text = queue.popleft()
                 if text is None:
                     return
                 await send(text)
                 self._queued_bytes -= len(text)
                 if not self.filling:
-                    self._drained.set()
+                    self._wake()
         except (WebSocketDisconnect, RuntimeError, OSError):
             self.closed = True
         except Exception:
             # A socket that went away mid-write (uvicorn's ClientDisconnected).
             self.closed = True
         finally:
-            self._drained.set()
+            # Nothing awaits between the last look at the queue and here: a frame queued
+            # after it starts the next writer.
+            self._writer = None
+            if not queue and self._queue is queue:
+                self._queue = None
+            self._wake()
