@@ -17,6 +17,7 @@ def main() -> None:
     configure_logging(settings.gateway_id, settings.log_level, settings.log_format)
     from durachat_gateway.app import build_app
     from durachat_gateway.edges import bounded_http_protocol
+    from durachat_gateway.ws_protocol import LeanWebSocketProtocol
     from durachat_infra.metrics_server import serve_metrics
     from durachat_infra.runtime import settle_heap
     from durachat_infra.telemetry import configure_telemetry
@@ -47,6 +48,8 @@ def main() -> None:
             # Oversized request heads are answered 431 at once (docs/security.md#bad-input).
             http=bounded_http_protocol(settings.max_header_bytes),
             h11_max_incomplete_event_size=settings.max_header_bytes,
+            # Less memory per idle socket (docs/benchmarks.md#idle-sockets).
+            ws=LeanWebSocketProtocol,
             timeout_graceful_shutdown=5,
         )
     finally:
