@@ -5,9 +5,10 @@ A gateway holds thousands of chat sockets that wait for a message most of their 
 what the app has not received yet and an `asyncio.Event` for write flow control: five deques
 of ~760 bytes, empty nearly always. It also keeps the parsed upgrade request and the handshake
 response (their headers) for the socket's whole life, though nothing reads them after the
-handshake. `LeanWebSocketProtocol` is the same protocol with a receive queue and a flag that
-make their objects only while someone waits on them, and that lets the handshake go once it is
-answered. Frames, keepalive pings, size bounds and close codes are uvicorn's own.
+handshake (the app has the request's headers in its scope). `LeanWebSocketProtocol` is the
+same protocol with a receive queue and a flag that make their objects only while someone waits
+on them, and that lets the handshake go once it is answered. Frames, keepalive pings, size
+bounds and close codes are uvicorn's own.
 """
 
 from __future__ import annotations
@@ -116,5 +117,9 @@ class LeanWebSocketProtocol(WebSocketsSansIOProtocol):
         await super().send(message)
         if message["type"] == "websocket.accept" and self.handshake_complete:
             # Read by nothing past the handshake; their headers are a few KiB a socket.
+            request = self.request
             del self.request
             del self.response
+            # websockets' parser keeps the request object as long as the socket lives (a
+            # local of its generator), so what it holds goes.
+            request.headers.clear()
