@@ -19,13 +19,15 @@ def main() -> None:
     from durachat_gateway.edges import bounded_http_protocol
     from durachat_gateway.ws_protocol import LeanWebSocketProtocol
     from durachat_infra.metrics_server import serve_metrics
-    from durachat_infra.runtime import settle_heap
+    from durachat_infra.runtime import raise_open_files_limit, settle_heap
     from durachat_infra.telemetry import configure_telemetry
 
     shutdown_telemetry = configure_telemetry("durachat-gateway", settings.gateway_id)
     if settings.metrics_port is not None:
         serve_metrics(settings.metrics_host or settings.host, settings.metrics_port)
     app = build_app(settings)
+    # One descriptor per client socket (docs/benchmarks.md#idle-sockets).
+    raise_open_files_limit()
     settle_heap()
     print(
         f"gateway {settings.gateway_id} listening on http://{settings.host}:{settings.port}",
