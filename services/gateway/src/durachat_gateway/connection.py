@@ -123,14 +123,15 @@ class ClientConnection:
         self.cursors = False
         """Stamp every frame from the log with its entry id (`cursor`), for clients that
         resume from a cursor."""
-        # Made by the first forward: most sockets only read (an asyncio queue and event cost
-        # ~4 KiB a connection, docs/benchmarks.md).
-        self._outbox: asyncio.Queue[tuple[Callable[[], Awaitable[None]], int] | None] | None = None
+        self._outbox: deque[tuple[Callable[[], Awaitable[None]], int]] | None = None
+        """Work delivering client frames to their shard, in order; made by a forward, dropped
+        once done, like the forwarder that runs it (docs/benchmarks.md#idle-sockets)."""
         self._forwarder: asyncio.Task[None] | None = None
         self._in_flight = 0
         self._forward_limit = forward_bytes
         self._forward_bytes = 0
         self._forward_room: asyncio.Event | None = None
+        """Made by the first `forward_room` that has to wait."""
 
     def send_entry(self, entry: LogEntry, *, replay: bool = False) -> None:
         """Send the frame of a log entry (marked as replayed, and stamped with its cursor for a
@@ -159,52 +160,54 @@ class ClientConnection:
         retries (a shard failing over) does not hold up the frames the gateway answers itself,
         such as the resume handshake. See `forward_room` for the bound on what waits.
         """
-        if self._outbox is None or self._forward_room is None:
-            self._outbox, self._forward_room = asyncio.Queue(), asyncio.Event()
-            self._forward_room.set()
         self._in_flight += 1
         self._forward_bytes += size
-        if self._forward_bytes > self._forward_limit:
-            self._forward_room.clear()
-        self._outbox.put_nowait((work, size))
+        outbox = self._outbox
+        if outbox is None:
+            outbox = self._outbox = deque()
+        outbox.append((work, size))
         if self._forwarder is None:
-            self._forwarder = asyncio.create_task(
-                self._forward_loop(self._outbox, self._forward_room), name=f"fwd-{self.id}"
+            self._forwarder = asyncio.get_running_loop().create_task(
+                self._forward_loop(outbox), name=f"fwd-{self.id}"
             )
 
     async def forward_room(self, size: int, timeout: float) -> None:
         """Wait until a frame of `size` bytes fits among those waiting for their shard
         (back-pressure: the receive loop stops reading meanwhile); raises
         `ForwardQueueFullError` after `timeout` seconds (docs/operations.md#buffers)."""
-        room = self._forward_room
         fits = self._forward_bytes + size <= self._forward_limit
-        if room is None or self._forward_bytes == 0 or fits:
+        if self._forward_bytes == 0 or fits:
             return
+        room = self._forward_room
+        if room is None:
+            room = self._forward_room = asyncio.Event()
         room.clear()
         try:
             await asyncio.wait_for(room.wait(), timeout)
         except TimeoutError:
             raise ForwardQueueFullError from None
 
-    async def _forward_loop(
-        self,
-        outbox: asyncio.Queue[tuple[Callable[[], Awaitable[None]], int] | None],
-        room: asyncio.Event,
-    ) -> None:
-        while True:
-            item = await outbox.get()
-            if item is None:
-                return
-            work, size = item
-            try:
-                await work()
-            except Exception:
-                log.exception("forwarding a frame of %s failed", self.id)
-            finally:
-                self._in_flight -= 1
-                self._forward_bytes -= size
-                if self._forward_bytes <= self._forward_limit // 2 or self._in_flight == 0:
-                    room.set()
+    async def _forward_loop(self, outbox: deque[tuple[Callable[[], Awaitable[None]], int]]) -> None:
+        try:
+            while outbox:
+                work, size = outbox.popleft()
+                try:
+                    await work()
+                except Exception:
+                    log.exception("forwarding a frame of %s failed", self.id)
+                finally:
+                    self._in_flight -= 1
+                    self._forward_bytes -= size
+                    room = self._forward_room
+                    if room is not None and (
+                        self._forward_bytes <= self._forward_limit // 2 or self._in_flight == 0
+                    ):
+                        room.set()
+        finally:
+            # As with the writer: a forward after the last look at the outbox starts another.
+            self._forwarder = None
+            if not outbox and self._outbox is outbox:
+                self._outbox = None
 
     @property
     def forwarding(self) -> bool:
@@ -281,9 +284,9 @@ class ClientConnection:
         """Stop the writer after it drains what is queued; frames still being forwarded are
         delivered (a cancel or a request sent just before closing must not be lost)."""
         self.closed = True
-        if self._forwarder is not None and self._outbox is not None:
-            # Finish in the background; the task is kept referenced until it ends.
-            self._outbox.put_nowait(None)
+        if self._forwarder is not None:
+            # It finishes in the background (it ends once its outbox is empty); the task is
+            # kept referenced until then.
             _draining.add(self._forwarder)
             self._forwarder.add_done_callback(_draining.discard)
         writer = self._writer
