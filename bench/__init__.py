@@ -8,7 +8,8 @@ blocking XREAD), and drives both with the same load generator (`bench.loadgen` o
 `bench.client`, uvloop, two processes by default). Phases, per target (`bench.phases`):
 
 1. warm-up: a few short conversations, so every shard has run a turn once;
-2. idle: 2,000 idle WebSockets over 200 conversations, RSS of the gateway/relay before/after;
+2. idle: 2,000 idle WebSockets (`--idle-connections`) over 200 conversations, RSS of the
+   gateway/relay before/after;
 3. sequential: 30 conversations one at a time, a first (new conversation) and a second message;
 4. burst: 50 conversations sending at once, twice;
 5. load: 200 conversations, one unmeasured warm-up message each, then `--rounds` messages of 40
@@ -16,6 +17,7 @@ blocking XREAD), and drives both with the same load generator (`bench.loadgen` o
 
 Results: a table on stdout, `bench/results/<UTC timestamp>.json` and `bench/results/latest.json`.
 Options: `--conversations`, `--rounds`, `--quick`, `--client-procs`, `--no-deflate`,
-`--targets`, `--keep`, `--results-dir`; `BENCH_PROFILE=gateway,shard,relay,producer` (or
-`--profile`) runs those processes under cProfile and prints where their time went.
+`--targets`, `--phases` (e.g. `warmup,idle`), `--keep`, `--results-dir`;
+`BENCH_PROFILE=gateway,shard,relay,producer` (or `--profile`) runs those processes under
+cProfile and prints where their time went.
 """

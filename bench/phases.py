@@ -7,14 +7,17 @@ import secrets
 import statistics
 import time
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from bench.event_lag import EventLag
 from bench.loadgen import ClientPool, Command
 from bench.procs import CpuMeter, Proc, status_kib, system_cpu
 from bench.stats import percentile, summary
 from bench.targets import Target
+
+PHASES: Final = ("warmup", "idle", "sequential", "burst", "load")
+"""The phases run against each load target, in their order."""
 
 
 @dataclass(slots=True)
@@ -36,6 +39,7 @@ class Params:
     sequential_budget: float = 90.0
     connect_concurrency: int = 50
     quick: bool = False
+    phases: list[str] = field(default_factory=lambda: list(PHASES))
 
 
 def split(names: list[str], parts: int) -> list[list[str]]:

@@ -156,10 +156,10 @@ def rows(results: dict[str, Any], params: dict[str, Any]) -> list[dict[str, Any]
             lambda v: f"<= 170 ms {_verdict(v, 170.0)}",
         ),
         (
-            "KiB per idle connection (gw/relay)",
+            f"KiB per idle connection (gw/relay) @{params['idle_connections']}",
             _get("idle", "kib_per_connection"),
             "",
-            lambda v: f"<= 30 KiB {_verdict(v, 30.0)}",
+            lambda v: f"<= 20 KiB {_verdict(v, 20.0)}",
         ),
         ("peak RSS gateway/relay (MiB)", _mib(_front), "", None),
         ("peak RSS shards/producer (MiB)", _mib(_model_side), "", None),

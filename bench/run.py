@@ -25,13 +25,14 @@ from typing import Any
 from bench.auth_cost import auth_rows, paired_rows, render_auth, run_paired
 from bench.branches import BRANCHES_HEADER, branches_rows, run_branches
 from bench.loadgen import ClientPool
-from bench.phases import Params, Runner, machine_busy
+from bench.phases import PHASES, Params, Runner, machine_busy
 from bench.procs import REPO_ROOT, Cleanup, loadavg
 from bench.recovery import recovery_rows, run_recovery
 from bench.report import reference_rows, render, rows
 from bench.stats import render_table
 from bench.targets import Target, remove_tree, start_baseline, start_durachat
 from bench.tracing_cost import render_tracing, tracing_rows
+from durachat_infra.runtime import raise_open_files_limit
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -47,6 +48,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small smoke run")
     parser.add_argument("--words", type=int, default=40, help="words per message in the load (40)")
     parser.add_argument("--idle-connections", type=int, default=None, help="idle sockets (2000)")
+    parser.add_argument(
+        "--phases",
+        default=",".join(PHASES),
+        help=f"phases run against each load target ({','.join(PHASES)}); e.g. warmup,idle "
+        "measures idle sockets alone",
+    )
     parser.add_argument(
         "--client-procs", type=int, default=2, help="load-generator processes (2; see README)"
     )
@@ -102,22 +109,33 @@ def make_params(args: argparse.Namespace) -> Params:
             1, min(params.idle_conversations, args.idle_connections // 10)
         )
     params.words = args.words
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = sorted(set(phases) - set(PHASES))
+    if unknown:
+        raise SystemExit(f"unknown phases {unknown}: choose among {','.join(PHASES)}")
+    params.phases = [p for p in PHASES if p in phases]
     params.client_procs = max(1, args.client_procs)
     params.deflate = not args.no_deflate
     return params
 
 
 def git_commit() -> str | None:
-    """The checked-out commit, read from .git without running git."""
+    """The checked-out commit, read from .git without running git (in a worktree, `.git` is a
+    file naming its own directory; branches are kept in the main repository's)."""
     git = REPO_ROOT / ".git"
     try:
+        if git.is_file():
+            git = Path(git.read_text().strip().removeprefix("gitdir: "))
+        common = git
+        if (git / "commondir").exists():
+            common = (git / (git / "commondir").read_text().strip()).resolve()
         head = (git / "HEAD").read_text().strip()
         if not head.startswith("ref: "):
             return head
         ref = head[5:]
-        if (git / ref).exists():
-            return (git / ref).read_text().strip()
-        for line in (git / "packed-refs").read_text().splitlines():
+        if (common / ref).exists():
+            return (common / ref).read_text().strip()
+        for line in (common / "packed-refs").read_text().splitlines():
             if line.endswith(" " + ref):
                 return line.split()[0]
     except OSError:
@@ -162,10 +180,10 @@ def log(message: str) -> None:
 
 
 def run_target(target: Target, pool: ClientPool, params: Params) -> dict[str, Any]:
-    """Every phase against one running target."""
+    """The phases against one running target."""
     runner = Runner(target, pool, params)
     out: dict[str, Any] = {"processes": [vars_of(p) for p in target.procs]}
-    for phase in ("warmup", "idle", "sequential", "burst", "load"):
+    for phase in params.phases:
         started = time.monotonic()
         out[phase] = getattr(runner, phase)()
         took = time.monotonic() - started
@@ -282,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     profile = frozenset(r.strip() for r in args.profile.split(",") if r.strip())
     signal.signal(signal.SIGTERM, _interrupt)
+    # Inherited by every process the run starts: thousands of idle sockets each side.
+    raise_open_files_limit()
     run_dir = Path(tempfile.mkdtemp(prefix="durachat-bench-"))
     profile_dir = run_dir / "profiles"
     profile_dir.mkdir()

@@ -28,3 +28,23 @@ def test_settle_heap_freezes_start_up_objects_and_spaces_young_collections() -> 
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_open_files_limit_is_raised_to_the_hard_limit() -> None:
+    # In a process of its own, started with a low soft limit.
+    script = textwrap.dedent(
+        """
+        import resource
+        from durachat_infra.runtime import raise_open_files_limit
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
+        now = raise_open_files_limit()
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == now
+        assert now == hard or hard == resource.RLIM_INFINITY, (now, hard)
+        assert now >= min(256, hard)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr

@@ -17,14 +17,17 @@ def main() -> None:
     configure_logging(settings.gateway_id, settings.log_level, settings.log_format)
     from durachat_gateway.app import build_app
     from durachat_gateway.edges import bounded_http_protocol
+    from durachat_gateway.ws_protocol import LeanWebSocketProtocol
     from durachat_infra.metrics_server import serve_metrics
-    from durachat_infra.runtime import settle_heap
+    from durachat_infra.runtime import raise_open_files_limit, settle_heap
     from durachat_infra.telemetry import configure_telemetry
 
     shutdown_telemetry = configure_telemetry("durachat-gateway", settings.gateway_id)
     if settings.metrics_port is not None:
         serve_metrics(settings.metrics_host or settings.host, settings.metrics_port)
     app = build_app(settings)
+    # One descriptor per client socket (docs/benchmarks.md#idle-sockets).
+    raise_open_files_limit()
     settle_heap()
     print(
         f"gateway {settings.gateway_id} listening on http://{settings.host}:{settings.port}",
@@ -47,6 +50,8 @@ def main() -> None:
             # Oversized request heads are answered 431 at once (docs/security.md#bad-input).
             http=bounded_http_protocol(settings.max_header_bytes),
             h11_max_incomplete_event_size=settings.max_header_bytes,
+            # Less memory per idle socket (docs/benchmarks.md#idle-sockets).
+            ws=LeanWebSocketProtocol,
             timeout_graceful_shutdown=5,
         )
     finally:

@@ -16,7 +16,7 @@ from fastapi import FastAPI, Query, Request, WebSocket
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
 from redis.exceptions import RedisError
-from starlette.routing import WebSocketRoute
+from starlette.types import ASGIApp
 from starlette.websockets import WebSocketDisconnect
 
 from durachat import limits
@@ -44,6 +44,7 @@ from durachat_gateway.branches_api import (
 )
 from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import ClientConnection, ForwardQueueFullError
+from durachat_gateway.direct_sockets import DirectSocketApp
 from durachat_gateway.edges import EdgeChecks, origin_allowed, parse_origins
 from durachat_gateway.events_api import connection_event, events_router, gateway_publisher
 from durachat_gateway.forwarder import FORWARDED, Forwarder, ForwardError
@@ -147,7 +148,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             await blocking.aclose()
             await redis.aclose()
 
-    app = FastAPI(
+    app = DirectSocketApp(
         title="durachat gateway",
         lifespan=lifespan,
         docs_url=None,
@@ -180,6 +181,17 @@ def build_app(settings: GatewaySettings) -> FastAPI:
     )
     # Outside authentication: a bad name or an oversized body is refused before anything else.
     app.add_middleware(EdgeChecks, max_body_bytes=settings.max_body_bytes)
+
+    def guarded(endpoint: ASGIApp) -> ASGIApp:
+        """The middleware above, in its order, for a direct route."""
+        checked = Authenticate(
+            endpoint,
+            directory=directory,
+            open_tenant=settings.tenant,
+            required=bool(settings.admin_key),
+        )
+        return EdgeChecks(checked, max_body_bytes=settings.max_body_bytes)
+
     add_docs(app)
     install_error_handlers(app)
     default_origins = parse_origins(settings.allowed_origins)
@@ -409,9 +421,9 @@ def build_app(settings: GatewaySettings) -> FastAPI:
                 with contextlib.suppress(RuntimeError):
                     await websocket.close(TRY_AGAIN_LATER)
 
-    # A plain Starlette route: FastAPI's would hold two more exit stacks for the whole life of
-    # every socket, ~2 KiB each (docs/benchmarks.md).
-    app.router.routes.append(WebSocketRoute("/agents/{agent}/{name}", chat_socket))
+    # Not through FastAPI's layers: each would stay suspended for the socket's whole life
+    # (docs/benchmarks.md#idle-sockets).
+    app.add_direct_websocket("/agents/{agent}/{name}", chat_socket, guarded)
     return app
 
 

@@ -42,13 +42,44 @@ class ForwardQueueFullError(Exception):
 
 
 class ClientConnection:
-    """A connected client, fed from a bounded queue by one writer task. `id` is made by the
+    """A connected client, fed from a bounded queue by a writer task. `id` is made by the
     server, unique to this socket (frames are targeted by it); `client_id` is the `_pk` the
     client chose, for logs.
 
     A client that falls `limit` frames behind is disconnected rather than buffered without
     bound; its reconnect resumes from the event log, so it loses nothing.
+
+    Most sockets sit idle most of the time, and a gateway holds thousands of them, so an idle
+    connection keeps as little as it can (docs/benchmarks.md#idle-sockets): no writer task, no
+    queue, no event; the writer runs while frames wait and ends when they are written.
     """
+
+    __slots__ = (
+        "_drained",
+        "_forward_bytes",
+        "_forward_limit",
+        "_forward_room",
+        "_forwarder",
+        "_in_flight",
+        "_limit",
+        "_limit_bytes",
+        "_outbox",
+        "_queue",
+        "_queued_bytes",
+        "_started",
+        "_writer",
+        "branch",
+        "buffer",
+        "client_id",
+        "closed",
+        "cursors",
+        "id",
+        "parked",
+        "pending_resume",
+        "replayed",
+        "replaying",
+        "websocket",
+    )
 
     def __init__(
         self,
@@ -64,13 +95,17 @@ class ClientConnection:
         self.client_id = connection_id
         self._limit = limit
         self._limit_bytes = limit_bytes
-        self._queue: deque[str | None] = deque()
+        self._queue: deque[str | None] | None = None
+        """Frames waiting for the client (None: the end of the writer); made when a frame
+        is queued, dropped when the writer has written them all."""
         self._queued_bytes = 0
         """Length of the queued frames and of the one being written (characters of JSON
         text: bytes for ASCII)."""
-        self._ready = asyncio.Event()
-        self._drained = asyncio.Event()
+        self._drained: asyncio.Event | None = None
+        """Made by the first `room` that has to wait."""
         self._writer: asyncio.Task[None] | None = None
+        """The writer, while frames wait for it."""
+        self._started = False
         self.closed = False
         self.pending_resume: str | None = None
         """Request id offered with `stream_resuming` and not yet ACKed: excluded from broadcasts."""
@@ -88,14 +123,15 @@ class ClientConnection:
         self.cursors = False
         """Stamp every frame from the log with its entry id (`cursor`), for clients that
         resume from a cursor."""
-        # Made by the first forward: most sockets only read (an asyncio queue and event cost
-        # ~4 KiB a connection, docs/benchmarks.md).
-        self._outbox: asyncio.Queue[tuple[Callable[[], Awaitable[None]], int] | None] | None = None
+        self._outbox: deque[tuple[Callable[[], Awaitable[None]], int]] | None = None
+        """Work delivering client frames to their shard, in order; made by a forward, dropped
+        once done, like the forwarder that runs it (docs/benchmarks.md#idle-sockets)."""
         self._forwarder: asyncio.Task[None] | None = None
         self._in_flight = 0
         self._forward_limit = forward_bytes
         self._forward_bytes = 0
         self._forward_room: asyncio.Event | None = None
+        """Made by the first `forward_room` that has to wait."""
 
     def send_entry(self, entry: LogEntry, *, replay: bool = False) -> None:
         """Send the frame of a log entry (marked as replayed, and stamped with its cursor for a
@@ -104,8 +140,18 @@ class ClientConnection:
         self.send(with_cursor(frame, entry.id) if self.cursors else frame)
 
     def start(self) -> None:
-        """Start the writer."""
-        self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer-{self.id}")
+        """Start writing to the socket: frames queued so far go out now, later ones as they
+        come."""
+        self._started = True
+        if self._queue:
+            self._write()
+
+    def _write(self) -> None:
+        """Start a writer for the queued frames, unless one runs."""
+        if self._writer is None and self._started and self._queue is not None:
+            self._writer = asyncio.get_running_loop().create_task(
+                self._write_loop(self._queue), name=f"ws-writer-{self.id}"
+            )
 
     def forward(self, work: Callable[[], Awaitable[None]], size: int = 0) -> None:
         """Queue work that delivers a client frame (of `size` bytes) to its shard.
@@ -114,52 +160,54 @@ class ClientConnection:
         retries (a shard failing over) does not hold up the frames the gateway answers itself,
         such as the resume handshake. See `forward_room` for the bound on what waits.
         """
-        if self._outbox is None or self._forward_room is None:
-            self._outbox, self._forward_room = asyncio.Queue(), asyncio.Event()
-            self._forward_room.set()
         self._in_flight += 1
         self._forward_bytes += size
-        if self._forward_bytes > self._forward_limit:
-            self._forward_room.clear()
-        self._outbox.put_nowait((work, size))
+        outbox = self._outbox
+        if outbox is None:
+            outbox = self._outbox = deque()
+        outbox.append((work, size))
         if self._forwarder is None:
-            self._forwarder = asyncio.create_task(
-                self._forward_loop(self._outbox, self._forward_room), name=f"fwd-{self.id}"
+            self._forwarder = asyncio.get_running_loop().create_task(
+                self._forward_loop(outbox), name=f"fwd-{self.id}"
             )
 
     async def forward_room(self, size: int, timeout: float) -> None:
         """Wait until a frame of `size` bytes fits among those waiting for their shard
         (back-pressure: the receive loop stops reading meanwhile); raises
         `ForwardQueueFullError` after `timeout` seconds (docs/operations.md#buffers)."""
-        room = self._forward_room
         fits = self._forward_bytes + size <= self._forward_limit
-        if room is None or self._forward_bytes == 0 or fits:
+        if self._forward_bytes == 0 or fits:
             return
+        room = self._forward_room
+        if room is None:
+            room = self._forward_room = asyncio.Event()
         room.clear()
         try:
             await asyncio.wait_for(room.wait(), timeout)
         except TimeoutError:
             raise ForwardQueueFullError from None
 
-    async def _forward_loop(
-        self,
-        outbox: asyncio.Queue[tuple[Callable[[], Awaitable[None]], int] | None],
-        room: asyncio.Event,
-    ) -> None:
-        while True:
-            item = await outbox.get()
-            if item is None:
-                return
-            work, size = item
-            try:
-                await work()
-            except Exception:
-                log.exception("forwarding a frame of %s failed", self.id)
-            finally:
-                self._in_flight -= 1
-                self._forward_bytes -= size
-                if self._forward_bytes <= self._forward_limit // 2 or self._in_flight == 0:
-                    room.set()
+    async def _forward_loop(self, outbox: deque[tuple[Callable[[], Awaitable[None]], int]]) -> None:
+        try:
+            while outbox:
+                work, size = outbox.popleft()
+                try:
+                    await work()
+                except Exception:
+                    log.exception("forwarding a frame of %s failed", self.id)
+                finally:
+                    self._in_flight -= 1
+                    self._forward_bytes -= size
+                    room = self._forward_room
+                    if room is not None and (
+                        self._forward_bytes <= self._forward_limit // 2 or self._in_flight == 0
+                    ):
+                        room.set()
+        finally:
+            # As with the writer: a forward after the last look at the outbox starts another.
+            self._forwarder = None
+            if not outbox and self._outbox is outbox:
+                self._outbox = None
 
     @property
     def forwarding(self) -> bool:
@@ -175,6 +223,8 @@ class ClientConnection:
         """Wait until at most half the send buffer is taken (or the connection closed): a
         replay paces itself by it, so a long one is not taken for a slow client."""
         while self.filling and not self.closed:
+            if self._drained is None:
+                self._drained = asyncio.Event()
             self._drained.clear()
             await self._drained.wait()
 
@@ -190,15 +240,17 @@ class ClientConnection:
         if self.closed:
             return
         size = len(text)
-        if self._queue and (
-            len(self._queue) >= self._limit or self._queued_bytes + size > self._limit_bytes
-        ):
+        queue = self._queue
+        if queue is None:
+            queue = self._queue = deque()
+        elif queue and (len(queue) >= self._limit or self._queued_bytes + size > self._limit_bytes):
             self._too_slow()
             return
-        self._queue.append(text)
+        queue.append(text)
         self._queued_bytes += size
         FRAMES_OUT.inc()
-        self._ready.set()
+        if self._writer is None:
+            self._write()
 
     def _too_slow(self) -> None:
         """Disconnect a client that fell too far behind: what is queued for it is dropped at
@@ -207,13 +259,14 @@ class ClientConnection:
         log.warning(
             "client %s is too slow (%d frames, %d bytes queued); disconnecting it",
             self.client_id,
-            len(self._queue),
+            len(self._queue or ()),
             self._queued_bytes,
         )
         self.closed = True
-        self._queue.clear()
+        if self._queue is not None:
+            self._queue.clear()
         self._queued_bytes = 0
-        self._drained.set()
+        self._wake()
         closing = asyncio.get_running_loop().create_task(self._close(SLOW_CONSUMER_CLOSE))
         _draining.add(closing)
         closing.add_done_callback(_draining.discard)
@@ -231,48 +284,54 @@ class ClientConnection:
         """Stop the writer after it drains what is queued; frames still being forwarded are
         delivered (a cancel or a request sent just before closing must not be lost)."""
         self.closed = True
-        if self._forwarder is not None and self._outbox is not None:
-            # Finish in the background; the task is kept referenced until it ends.
-            self._outbox.put_nowait(None)
+        if self._forwarder is not None:
+            # It finishes in the background (it ends once its outbox is empty); the task is
+            # kept referenced until then.
             _draining.add(self._forwarder)
             self._forwarder.add_done_callback(_draining.discard)
-        if self._writer is not None:
+        writer = self._writer
+        if writer is not None and self._queue is not None:
             self._queue.append(None)
-            self._ready.set()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._writer
+                await writer
 
     async def _close(self, code: int) -> None:
         """Close with `code`. The writer is stopped first, so the close frame is the next
         thing the socket sends: behind at most the frame being written, not the queue."""
-        if self._writer is not None:
-            self._writer.cancel()
+        writer = self._writer
+        if writer is not None:
+            writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._writer
+                await writer
         # Whatever the socket's state, closing it is the end: nothing to report.
         with contextlib.suppress(Exception):
             await self.websocket.close(code)
 
-    async def _write_loop(self) -> None:
-        queue = self._queue
-        ready = self._ready
+    def _wake(self) -> None:
+        """Wake a replay waiting for room."""
+        if self._drained is not None:
+            self._drained.set()
+
+    async def _write_loop(self, queue: deque[str | None]) -> None:
         send = self.websocket.send_text
         try:
-            while True:
-                while not queue:
-                    ready.clear()
-                    await ready.wait()
+            while queue:
                 text = queue.popleft()
                 if text is None:
                     return
                 await send(text)
                 self._queued_bytes -= len(text)
                 if not self.filling:
-                    self._drained.set()
+                    self._wake()
         except (WebSocketDisconnect, RuntimeError, OSError):
             self.closed = True
         except Exception:
             # A socket that went away mid-write (uvicorn's ClientDisconnected).
             self.closed = True
         finally:
-            self._drained.set()
+            # Nothing awaits between the last look at the queue and here: a frame queued
+            # after it starts the next writer.
+            self._writer = None
+            if not queue and self._queue is queue:
+                self._queue = None
+            self._wake()
