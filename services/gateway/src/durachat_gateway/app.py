@@ -57,7 +57,7 @@ from durachat_gateway.telemetry import receive_span
 from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body, refused_turn
 from durachat_gateway.tenant_api import tenant_router
 from durachat_gateway.webhooks_api import webhooks_router
-from durachat_infra.cluster import ClusterView, cluster_auth
+from durachat_infra.cluster import ClusterView
 from durachat_infra.eventlog import LogReader
 from durachat_infra.keys import ClusterKeys, conversation_tag
 from durachat_infra.redis_client import RedisClient, connect_redis
@@ -125,7 +125,7 @@ def build_app(settings: GatewaySettings) -> FastAPI:
             reader=reader,
             channels=Channels(reader, settings.key_prefix),
             forwarder=Forwarder(
-                view, timeout=settings.forward_timeout, auth=cluster_auth(settings.cluster_secret)
+                view, timeout=settings.forward_timeout, cluster_secret=settings.cluster_secret
             ),
             store=Store.from_url(settings.database_url),
         )

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any, Final
 
-import httpx
+import aiohttp
 
 from durachat.protocol import MessageType
 from durachat_gateway.telemetry import trace_headers
 from durachat_infra.cluster import ClusterView
+from durachat_infra.cluster.signing import secrets_of, sign
 
 FORWARDED: Final = frozenset(
     {
@@ -45,23 +47,42 @@ class Forwarder:
     answers 409; a shard that is down refuses the connection. Either way the gateway refreshes
     its view and retries until `timeout`. Requests carry their own id, so a retry after a shard
     crash is harmless: the new owner runs each request once.
+
+    Calls go through aiohttp's connection pool: every client frame that changes a conversation
+    is one call, and under a burst httpx's pool spent most of the gateway's time choosing a
+    connection (it checks every pooled connection for each waiting request;
+    docs/benchmarks.md#the-gateways-forwarding).
     """
 
     def __init__(
-        self, view: ClusterView, *, timeout: float, auth: httpx.Auth | None = None
+        self, view: ClusterView, *, timeout: float, cluster_secret: str | None = None
     ) -> None:
-        """`auth` signs the calls (the cluster secret, docs/security.md#inside-the-cluster)."""
+        """`cluster_secret` (`DURACHAT_CLUSTER_SECRET`) signs the calls
+        (docs/security.md#inside-the-cluster). Call from the running event loop."""
         self._view = view
         self._timeout = timeout
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=1.0),
-            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
-            auth=auth,
+        secrets = secrets_of(cluster_secret)
+        self._secret = secrets[0] if secrets else None
+        self._http = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=512, limit_per_host=0, keepalive_timeout=30.0),
+            timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=1.0),
+            skip_auto_headers=("User-Agent",),
         )
 
     async def aclose(self) -> None:
         """Close the HTTP pool."""
-        await self._http.aclose()
+        await self._http.close()
+
+    async def _post(
+        self, url: str, path: str, payload: dict[str, Any], trace: dict[str, str] | None
+    ) -> tuple[int, dict[str, Any]]:
+        """POST `payload` as JSON, signed; the status and the JSON object answered."""
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        headers = {"Content-Type": "application/json", **(trace or {})}
+        if self._secret is not None:
+            headers.update(sign(self._secret, "POST", path.encode(), body))
+        async with self._http.post(url, data=body, headers=headers) as response:
+            return response.status, _json(await response.read())
 
     async def forward(self, routing_key: str, payload: dict[str, Any]) -> None:
         """Deliver a client frame to the owner of `routing_key`; raises `ForwardError`.
@@ -90,28 +111,27 @@ class Forwarder:
             hint = None
             if owner is not None:
                 try:
-                    response = await self._http.post(
-                        f"http://{owner.address}{path}", json=payload, headers=headers
+                    status, body = await self._post(
+                        f"http://{owner.address}{path}", path, payload, headers
                     )
-                except httpx.HTTPError as exc:
+                except (aiohttp.ClientError, TimeoutError) as exc:
                     last_error = f"shard {owner.id} unreachable: {exc!r}"
                 else:
-                    body = _json(response)
-                    if response.status_code == 200:
+                    if status == 200:
                         return body
                     code = str(body.get("code", "shard_error"))
-                    if response.status_code == 409 and isinstance(body.get("owner"), str):
+                    if status == 409 and isinstance(body.get("owner"), str):
                         hint = body["owner"]
                         # Follow one redirect at once; a second one waits for the backoff.
                         if hint != owner.id and not followed:
                             followed = True
                             continue
-                    if response.status_code == 404:
+                    if status == 404:
                         raise ForwardError(code, str(body.get("message") or "unknown agent"))
-                    if response.status_code == 422:
+                    if status == 422:
                         # The shard refused the call itself: retrying would not change that.
                         raise ForwardError(code, str(body.get("message") or "invalid frame"))
-                    last_error = f"shard {owner.id} answered {response.status_code} {code}"
+                    last_error = f"shard {owner.id} answered {status} {code}"
             if time.monotonic() + delay > deadline:
                 raise ForwardError("unavailable", last_error)
             log.debug("retrying forward: %s", last_error)
@@ -124,9 +144,9 @@ class Forwarder:
                 log.debug("view refresh failed", exc_info=True)
 
 
-def _json(response: httpx.Response) -> dict[str, Any]:
+def _json(raw: bytes) -> dict[str, Any]:
     try:
-        data = response.json()
+        data = json.loads(raw)
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
