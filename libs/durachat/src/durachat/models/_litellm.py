@@ -23,6 +23,7 @@ os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
 
 import functools
+import logging
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
@@ -42,6 +43,7 @@ __all__ = [
     "CustomLLM",
     "GenericStreamingChunk",
     "ModelResponse",
+    "declare_free",
     "litellm",
     "open_stream",
     "provider_error",
@@ -96,6 +98,31 @@ def register_provider(provider: str, handler: CustomLLM) -> None:
     if any(item["provider"] == provider for item in litellm.custom_provider_map):
         return
     litellm.custom_provider_map.append({"provider": provider, "custom_handler": handler})
+
+
+def declare_free(model: str, provider: str) -> None:
+    """Record in litellm's cost map that `model` (served by custom `provider`) costs nothing.
+    litellm prices every call when its stream ends; for a model missing from the map it
+    searches the whole map first, ~1.4 ms of CPU per call (docs/benchmarks.md)."""
+    if model in litellm.model_cost:
+        return
+    quiet = logging.getLogger("LiteLLM")
+    level = quiet.level
+    # litellm warns that the model is not one of its own; it is not meant to be.
+    quiet.setLevel(logging.ERROR)
+    try:
+        litellm.register_model(
+            {
+                model: {
+                    "input_cost_per_token": 0.0,
+                    "output_cost_per_token": 0.0,
+                    "litellm_provider": provider,
+                    "mode": "chat",
+                }
+            }
+        )
+    finally:
+        quiet.setLevel(level)
 
 
 def provider_error(message: str, *, provider: str, model: str) -> Exception:

@@ -70,6 +70,7 @@ from durachat.models._litellm import (
     CustomLLM,
     GenericStreamingChunk,
     ModelResponse,
+    declare_free,
     provider_error,
     register_provider,
 )
@@ -375,3 +376,4 @@ def register_scripted_model() -> None:
     `litellm` callers need it.
     """
     register_provider(PROVIDER, _HANDLER)
+    declare_free(SCRIPTED_MODEL, PROVIDER)
