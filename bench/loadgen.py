@@ -6,6 +6,9 @@ and the baseline relay (both serve `/agents/<agent>/<name>`).
 
 Commands (dicts sent over a pipe) and what they return:
 
+Every command names its conversations (`names`) and where to connect: `host` and `port`, or
+one port per name in `ports` (the conversations spread over several gateways).
+
 * `converse`: connect `names`, run `warmup` synchronised rounds (not measured), then `rounds`
   measured rounds (`chain`: each conversation sends its next message as soon as its previous
   reply is done; otherwise rounds are synchronised across all conversations and workers).
@@ -282,6 +285,17 @@ def _connect_results(
     return ok, {"open_ms": open_ms, "identity_ms": identity_ms, "failures": failures}
 
 
+def _ports(command: Command) -> list[int]:
+    """The port each of the command's conversations connects to: `ports` (one per name, to
+    spread conversations over several gateways), else `port` for all."""
+    ports: list[int] | None = command.get("ports")
+    if ports is None:
+        return [command["port"]] * len(command["names"])
+    if len(ports) != len(command["names"]):
+        raise ValueError(f"{len(ports)} ports for {len(command['names'])} conversations")
+    return ports
+
+
 class Worker:
     """Runs commands in one worker process."""
 
@@ -313,16 +327,17 @@ class Worker:
         raise ValueError(f"unknown command {op!r}")
 
     async def converse(self, command: Command) -> dict[str, Any]:
-        host, port, agent = command["host"], command["port"], command["agent"]
+        host, agent = command["host"], command["agent"]
         query = command.get("query", "")
         deflate, timeout, words = command["deflate"], command["timeout"], command["words"]
         samples = Samples()
         convs = [Conversation(name, samples) for name in command["names"]]
+        ports = _ports(command)
         results = await _bounded(
             command.get("connect_concurrency", 50),
             [
-                lambda c=c: c.open(host, port, agent, deflate=deflate, query=query)  # type: ignore[misc]
-                for c in convs
+                lambda c=c, p=p: c.open(host, p, agent, deflate=deflate, query=query)  # type: ignore[misc]
+                for c, p in zip(convs, ports, strict=True)
             ],
         )
         convs, connects = _connect_results(convs, results)
@@ -368,7 +383,7 @@ class Worker:
         }
 
     async def sequential(self, command: Command) -> dict[str, Any]:
-        host, port, agent = command["host"], command["port"], command["agent"]
+        host, agent = command["host"], command["agent"]
         query = command.get("query", "")
         deflate, timeout, words = command["deflate"], command["timeout"], command["words"]
         samples = Samples()
@@ -378,7 +393,7 @@ class Worker:
         stray = 0
         deadline = time.monotonic() + command.get("budget_s", 1e9)
         skipped = 0
-        for i, name in enumerate(command["names"]):
+        for i, (name, port) in enumerate(zip(command["names"], _ports(command), strict=True)):
             if time.monotonic() > deadline:
                 skipped += 1
                 continue

@@ -25,7 +25,7 @@ from typing import Any
 from bench.auth_cost import auth_rows, paired_rows, render_auth, run_paired
 from bench.branches import BRANCHES_HEADER, branches_rows, run_branches
 from bench.loadgen import ClientPool
-from bench.phases import Params, Runner, machine_busy
+from bench.phases import PHASES, Params, Runner, machine_busy, parse_phases, reply_timeout
 from bench.procs import REPO_ROOT, Cleanup, loadavg
 from bench.recovery import recovery_rows, run_recovery
 from bench.report import reference_rows, render, rows
@@ -34,6 +34,20 @@ from bench.targets import Target, remove_tree, start_baseline, start_durachat
 from bench.tracing_cost import render_tracing, tracing_rows
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _phases(text: str) -> list[str]:
+    try:
+        return parse_phases(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -51,6 +65,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--client-procs", type=int, default=2, help="load-generator processes (2; see README)"
     )
     parser.add_argument("--no-deflate", action="store_true", help="do not offer permessage-deflate")
+    parser.add_argument(
+        "--shards", type=_positive, default=2, help="shards of the durachat targets (2)"
+    )
+    parser.add_argument(
+        "--gateways",
+        type=_positive,
+        default=1,
+        help="gateways of the durachat targets (1); conversations are spread over all of them",
+    )
+    parser.add_argument(
+        "--phases",
+        type=_phases,
+        default=list(PHASES),
+        help=f"comma-separated phases to run after the warm-up ({','.join(PHASES)})",
+    )
     parser.add_argument(
         "--targets",
         default="durachat,baseline,recovery,branches",
@@ -104,6 +133,10 @@ def make_params(args: argparse.Namespace) -> Params:
     params.words = args.words
     params.client_procs = max(1, args.client_procs)
     params.deflate = not args.no_deflate
+    params.timeout = reply_timeout(params.conversations, params.timeout)
+    params.shards = args.shards
+    params.gateways = args.gateways
+    params.phases = list(args.phases)
     return params
 
 
@@ -165,7 +198,7 @@ def run_target(target: Target, pool: ClientPool, params: Params) -> dict[str, An
     """Every phase against one running target."""
     runner = Runner(target, pool, params)
     out: dict[str, Any] = {"processes": [vars_of(p) for p in target.procs]}
-    for phase in ("warmup", "idle", "sequential", "burst", "load"):
+    for phase in ("warmup", *params.phases):
         started = time.monotonic()
         out[phase] = getattr(runner, phase)()
         took = time.monotonic() - started
@@ -303,6 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     try:
         log(f"run directory {run_dir}; {params.client_procs} load-generator process(es)")
+        if any(t.startswith("durachat") for t in targets):
+            log(
+                f"durachat targets: {params.gateways} gateway(s), {params.shards} shard(s); "
+                f"phases warmup,{','.join(params.phases)}; reply timeout {params.timeout:.0f}s"
+            )
         load_targets = [t for t in targets if t not in ("recovery", "branches")]
         # The load generators serve only the load targets.
         pool = ClientPool(params.client_procs) if load_targets else None
@@ -319,11 +357,22 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if name == "durachat":
                     target = start_durachat(
-                        run_dir / "durachat", cleanup, profile=profile, profile_dir=profile_dir
+                        run_dir / "durachat",
+                        cleanup,
+                        profile=profile,
+                        profile_dir=profile_dir,
+                        shards=params.shards,
+                        gateways=params.gateways,
                     )
                 elif name == "durachat-auth":
                     target = start_durachat(
-                        run_dir / name, cleanup, profile=profile, profile_dir=profile_dir, auth=True
+                        run_dir / name,
+                        cleanup,
+                        profile=profile,
+                        profile_dir=profile_dir,
+                        auth=True,
+                        shards=params.shards,
+                        gateways=params.gateways,
                     )
                 elif name == "durachat-redis-cluster":
                     target = start_durachat(
@@ -332,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
                         profile=profile,
                         profile_dir=profile_dir,
                         redis_masters=3,
+                        shards=params.shards,
+                        gateways=params.gateways,
                     )
                 elif name == "durachat-traced":
                     target = start_durachat(
@@ -340,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
                         profile=profile,
                         profile_dir=profile_dir,
                         traced=True,
+                        shards=params.shards,
+                        gateways=params.gateways,
                     )
                 elif name == "baseline":
                     target = start_baseline(
