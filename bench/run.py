@@ -25,7 +25,15 @@ from typing import Any
 from bench.auth_cost import auth_rows, paired_rows, render_auth, run_paired
 from bench.branches import BRANCHES_HEADER, branches_rows, run_branches
 from bench.loadgen import ClientPool
-from bench.phases import PHASES, Params, Runner, machine_busy, parse_phases, reply_timeout
+from bench.phases import (
+    PHASES,
+    Params,
+    Runner,
+    machine_busy,
+    parse_phases,
+    reply_timeout,
+    warmup_ramp,
+)
 from bench.procs import REPO_ROOT, Cleanup, loadavg
 from bench.recovery import recovery_rows, run_recovery
 from bench.report import reference_rows, render, rows
@@ -73,6 +81,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=_positive,
         default=1,
         help="gateways of the durachat targets (1); conversations are spread over all of them",
+    )
+    parser.add_argument(
+        "--ramp",
+        type=float,
+        default=None,
+        help="seconds over which the load's conversations send their first, unmeasured "
+        "message (0 up to 200 conversations, then 1 s per 100; 0: all at once)",
     )
     parser.add_argument(
         "--phases",
@@ -137,6 +152,7 @@ def make_params(args: argparse.Namespace) -> Params:
     params.shards = args.shards
     params.gateways = args.gateways
     params.phases = list(args.phases)
+    params.ramp_s = warmup_ramp(params.conversations) if args.ramp is None else max(0.0, args.ramp)
     return params
 
 
@@ -339,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         if any(t.startswith("durachat") for t in targets):
             log(
                 f"durachat targets: {params.gateways} gateway(s), {params.shards} shard(s); "
-                f"phases warmup,{','.join(params.phases)}; reply timeout {params.timeout:.0f}s"
+                f"phases warmup,{','.join(params.phases)}; reply timeout {params.timeout:.0f}s; "
+                f"the load's first messages over {params.ramp_s:g}s"
             )
         load_targets = [t for t in targets if t not in ("recovery", "branches")]
         # The load generators serve only the load targets.

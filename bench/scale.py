@@ -84,6 +84,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=25.0,
         help="chunks/s of one streaming chat, for the capacity model (25)",
     )
+    parser.add_argument(
+        "--ramp",
+        type=float,
+        default=None,
+        help="seconds over which the conversations send their first, unmeasured message "
+        "(python -m bench's default: 1 s per 100 conversations past 200)",
+    )
     parser.add_argument("--no-baseline", action="store_true", help="skip the relay run")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     return parser.parse_args(argv)
@@ -95,7 +102,9 @@ def log(message: str) -> None:
 
 def bench_args(args: argparse.Namespace, target: str, gateways: int, shards: int) -> list[str]:
     """The `python -m bench` arguments of one run."""
+    ramp = [] if args.ramp is None else ["--ramp", str(args.ramp)]
     return [
+        *ramp,
         "--targets",
         target,
         "--phases",

@@ -3,11 +3,12 @@ gateways, CPU summed per role, and the capacity model read from CPU per delivere
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
-from bench.loadgen import _ports
-from bench.phases import PHASES, parse_phases, reply_timeout, spread
+from bench.loadgen import Conversation, Request, Samples, _ports
+from bench.phases import PHASES, parse_phases, reply_timeout, spread, warmup_ramp
 from bench.procs import Proc, by_role
 from bench.report import _cpu, _front
 from bench.run import make_params, parse_args
@@ -46,6 +47,41 @@ def test_reply_timeout_grows_with_conversations_past_200() -> None:
     assert params.timeout == 150.0
     # The parent waits for the warm-up and every measured round to time out, and more.
     assert params.load_timeout() > (1 + params.rounds) * params.timeout
+
+
+def test_first_messages_ramp_only_past_200_conversations() -> None:
+    assert warmup_ramp(200) == 0.0 and make_params(parse_args([])).ramp_s == 0.0
+    assert warmup_ramp(1000) == 10.0
+    assert make_params(parse_args(["--conversations", "1000"])).ramp_s == 10.0
+    assert make_params(parse_args(["--conversations", "1000", "--ramp", "0"])).ramp_s == 0.0
+
+
+async def test_a_refused_request_ends_with_its_one_frame() -> None:
+    conversation = Conversation("c", Samples())
+    request = conversation.request = Request("r1", 0, expected=3)
+    refused = {
+        "type": "cf_agent_use_chat_response",
+        "id": "r1",
+        "body": "The conversation is unavailable right now. Please retry.",
+        "done": True,
+        "error": True,
+        "outcome": "error",
+    }
+    conversation.on_text(json.dumps(refused).encode(), 42)
+    assert request.done.done() and request.done_ns == 42
+    assert request.record(timed_out=False, closed=False)["errors"] == [
+        "error_frame",
+        "missing_deltas",
+        "outcome_error",
+    ]
+
+
+async def test_a_reply_error_frame_does_not_end_the_request() -> None:
+    conversation = Conversation("c", Samples())
+    request = conversation.request = Request("r1", 0, expected=3)
+    error = {"type": "cf_agent_use_chat_response", "id": "r1", "body": "x", "done": False}
+    conversation.on_text(json.dumps({**error, "error": True}).encode(), 1)
+    assert not request.done.done() and request.error_frames == 1
 
 
 def test_conversations_go_round_robin_over_gateways_whatever_the_generators() -> None:
