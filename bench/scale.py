@@ -66,10 +66,10 @@ def shapes(shards: list[int], gateways: list[int], curve_shards: int) -> list[tu
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
     parser.add_argument(
-        "--conversations", type=int, default=1000, help="conversations streaming at once (1000)"
+        "--conversations", type=int, default=200, help="conversations streaming at once (200)"
     )
-    parser.add_argument("--client-procs", type=int, default=4, help="load-generator processes (4)")
-    parser.add_argument("--rounds", type=int, default=2, help="measured rounds (2)")
+    parser.add_argument("--client-procs", type=int, default=2, help="load-generator processes (2)")
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds (3)")
     parser.add_argument("--words", type=int, default=40, help="words per message (40)")
     parser.add_argument(
         "--shards", type=int_list, default=[1, 2, 3], help="the shard curve, 1 gateway (1,2,3)"
