@@ -157,16 +157,23 @@ def make_params(args: argparse.Namespace) -> Params:
 
 
 def git_commit() -> str | None:
-    """The checked-out commit, read from .git without running git."""
+    """The checked-out commit, read from .git without running git (in a linked worktree,
+    `.git` is a file naming the worktree's git directory, whose `commondir` holds the refs)."""
     git = REPO_ROOT / ".git"
     try:
+        if git.is_file():
+            git = Path(git.read_text().strip().removeprefix("gitdir: "))
+        common = git
+        if (git / "commondir").exists():
+            common = (git / (git / "commondir").read_text().strip()).resolve()
         head = (git / "HEAD").read_text().strip()
         if not head.startswith("ref: "):
             return head
         ref = head[5:]
-        if (git / ref).exists():
-            return (git / ref).read_text().strip()
-        for line in (git / "packed-refs").read_text().splitlines():
+        for base in (git, common):
+            if (base / ref).exists():
+                return (base / ref).read_text().strip()
+        for line in (common / "packed-refs").read_text().splitlines():
             if line.endswith(" " + ref):
                 return line.split()[0]
     except OSError:

@@ -4,8 +4,10 @@ gateways, CPU summed per role, and the capacity model read from CPU per delivere
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import bench.run
 import pytest
 from bench.loadgen import Conversation, Request, Samples, _ports
 from bench.phases import PHASES, parse_phases, reply_timeout, spread, warmup_ramp
@@ -189,3 +191,20 @@ def test_capacity_is_cpu_per_chunk_turned_into_chats_per_core() -> None:
     # Gateway + shard + Redis per run: 800, 750 and 1,000 µs.
     assert model["roles"]["servers"]["cpu_us_per_chunk"]["median"] == 800.0
     assert "jobs" not in model["roles"] and gateway["runs"] == 3
+
+
+def test_the_commit_is_read_in_a_linked_worktree(tmp_path: Path, monkeypatch: Any) -> None:
+    common = tmp_path / "main.git"
+    gitdir = common / "worktrees" / "wt"
+    gitdir.mkdir(parents=True)
+    (gitdir / "HEAD").write_text("ref: refs/heads/scale\n")
+    (gitdir / "commondir").write_text("../..\n")
+    (common / "packed-refs").write_text("# pack-refs\n" + "ab" * 20 + " refs/heads/scale\n")
+    tree = tmp_path / "wt"
+    tree.mkdir()
+    (tree / ".git").write_text(f"gitdir: {gitdir}\n")
+    monkeypatch.setattr(bench.run, "REPO_ROOT", tree)
+    assert bench.run.git_commit() == "ab" * 20
+    (common / "refs" / "heads").mkdir(parents=True)
+    (common / "refs" / "heads" / "scale").write_text("cd" * 20 + "\n")
+    assert bench.run.git_commit() == "cd" * 20
