@@ -65,9 +65,9 @@ def reply_timeout(conversations: int, base: float = 30.0) -> float:
 
 def warmup_ramp(conversations: int) -> float:
     """The default `ramp_s`: none up to 200 conversations (all at once, as the benchmark has
-    always run), then 1 s per 100 conversations. Beyond a few hundred new conversations in
-    one instant the shards activate them slower than the gateway's forward deadline
-    (docs/benchmarks.md#scale); the measured rounds are not ramped."""
+    always run), then 1 s per 100 conversations, as conversations arrive over time rather than
+    in one instant; the measured rounds, all conversations streaming at once, are not ramped
+    (docs/benchmarks.md#scale)."""
     return 0.0 if conversations <= 200 else conversations / 100
 
 
