@@ -167,12 +167,24 @@ def summarise(document: dict[str, Any], target: str) -> dict[str, Any]:
     }
 
 
-def capacity(runs: list[dict[str, Any]], chunk_rate: float) -> dict[str, Any]:
+def delivered_share(summary: dict[str, Any]) -> float:
+    """The share of the expected chunks a run delivered (0 when it expected none)."""
+    expected = summary.get("expected_deltas") or 0
+    return (summary.get("deltas") or 0) / expected if expected else 0.0
+
+
+def capacity(
+    runs: list[dict[str, Any]], chunk_rate: float, min_delivered: float = 0.95
+) -> dict[str, Any]:
     """Concurrent streaming chats per core, per role: the median over the durachat runs of
     the role's CPU µs per delivered chunk, turned into chunks per core-second and divided by
-    `chunk_rate` (the chunks/s of one streaming chat)."""
+    `chunk_rate` (the chunks/s of one streaming chat). Runs that delivered less than
+    `min_delivered` of their chunks are left out: their CPU went to failing requests and
+    retries, not to chunks."""
     per_role: dict[str, Any] = {}
-    measured = [r for r in runs if r["target"] == "durachat" and r["summary"]["deltas"]]
+    durachat = [r for r in runs if r["target"] == "durachat"]
+    measured = [r for r in durachat if delivered_share(r["summary"]) >= min_delivered]
+    left_out = [r["run_id"] for r in durachat if r not in measured]
     for role in (*ROLES, "servers"):
         costs = []
         for run in measured:
@@ -197,6 +209,8 @@ def capacity(runs: list[dict[str, Any]], chunk_rate: float) -> dict[str, Any]:
         "chunk_rate": chunk_rate,
         "note": "CPU-seconds of a role in the measured window / chunks delivered in it, "
         "median over the durachat runs; chats per core = 1e6 / (µs per chunk) / chunk rate",
+        "min_delivered": min_delivered,
+        "left_out": left_out,
         "roles": per_role,
     }
 
@@ -332,7 +346,15 @@ def main(argv: list[str] | None = None) -> int:
     print(render_table(CPU_HEADER, document["cpu_table"]["rows"]))
     print()
     print(f"capacity model, {args.chunk_rate:g} chunks/s per streaming chat:")
-    print(render_table(CAPACITY_HEADER, capacity_rows(model)))
+    if model["left_out"]:
+        print(
+            f"(left out, under {model['min_delivered']:.0%} of their chunks delivered: "
+            f"{', '.join(str(r) for r in model['left_out'])})"
+        )
+    if model["roles"]:
+        print(render_table(CAPACITY_HEADER, capacity_rows(model)))
+    else:
+        print("no run delivered enough of its chunks to measure what a chunk costs")
     print(f"\nresults: {path}; {document['seconds']:.0f}s total")
     return 1 if any(r["exit_code"] != 0 for r in runs) else 0
 

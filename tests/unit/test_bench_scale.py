@@ -208,3 +208,17 @@ def test_the_commit_is_read_in_a_linked_worktree(tmp_path: Path, monkeypatch: An
     (common / "refs" / "heads").mkdir(parents=True)
     (common / "refs" / "heads" / "scale").write_text("cd" * 20 + "\n")
     assert bench.run.git_commit() == "cd" * 20
+
+
+def test_capacity_leaves_out_runs_that_failed_their_requests() -> None:
+    healthy = summarise(_document(10_000, {"gateway": 2.0, "shard": 5.0}), "durachat")
+    failing = summarise(_document(300, {"gateway": 80.0, "shard": 1.0}), "durachat")
+    failing["expected_deltas"] = 82_000
+    runs = [
+        {"target": "durachat", "run_id": "ok", "summary": healthy},
+        {"target": "durachat", "run_id": "bad", "summary": failing},
+    ]
+    model = capacity(runs, chunk_rate=25.0)
+    assert model["left_out"] == ["bad"]
+    assert model["roles"]["gateway"]["cpu_us_per_chunk"]["median"] == 200.0
+    assert capacity(runs[1:], chunk_rate=25.0)["roles"] == {}
