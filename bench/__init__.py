@@ -17,7 +17,9 @@ blocking XREAD), and drives both with the same load generator (`bench.loadgen` o
 
 Results: a table on stdout, `bench/results/<UTC timestamp>.json` and `bench/results/latest.json`.
 Options: `--conversations`, `--rounds`, `--quick`, `--client-procs`, `--no-deflate`,
-`--targets`, `--phases` (e.g. `warmup,idle`), `--keep`, `--results-dir`;
-`BENCH_PROFILE=gateway,shard,relay,producer` (or `--profile`) runs those processes under
-cProfile and prints where their time went.
+`--targets`, `--shards`, `--gateways`, `--phases` (e.g. `idle` alone), `--ramp`, `--keep`,
+`--results-dir`;
+`BENCH_PROFILE=gateway,shard,relay,producer` (or `--profile`) runs those processes under cProfile
+and prints where their time went. `python -m bench.scale` (`make bench-scale`) runs the load
+phase over several cluster shapes and derives a per-core capacity model (docs/benchmarks.md).
 """

@@ -103,6 +103,8 @@ def run_paired(
                 profile_dir=run_dir,
                 auth=mode == "auth",
                 traced=mode == "traced",
+                shards=params.shards,
+                gateways=params.gateways,
             )
             Runner(targets[mode], pool, small).warmup()
         ttft: dict[str, list[float | None]] = {mode: [] for mode in modes}

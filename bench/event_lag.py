@@ -52,7 +52,10 @@ class EventLag:
     def stop(self) -> dict[str, Any]:
         """Unsubscribe; the lags (ms) of the events emitted inside the window."""
         if self._loop is not None and self._task is not None:
-            self._loop.call_soon_threadsafe(self._task.cancel)
+            # The subscription may have ended already (the gateway dropped it under overload),
+            # and its loop closed with it.
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._task.cancel)
         self._thread.join(15)
         start, end = self._window or (0.0, float("inf"))
         inside = [s for s in self._samples if start <= s[0] <= end]

@@ -6,7 +6,11 @@ and the baseline relay (both serve `/agents/<agent>/<name>`).
 
 Commands (dicts sent over a pipe) and what they return:
 
-* `converse`: connect `names`, run `warmup` synchronised rounds (not measured), then `rounds`
+Every command names its conversations (`names`) and where to connect: `host` and `port`, or
+one port per name in `ports` (the conversations spread over several gateways).
+
+* `converse`: connect `names`, run `warmup` synchronised rounds (not measured; the first one's
+  messages spread over `ramp_s` seconds), then `rounds`
   measured rounds (`chain`: each conversation sends its next message as soon as its previous
   reply is done; otherwise rounds are synchronised across all conversations and workers).
 * `sequential`: `count` new conversations one after another: connect, a first (cold) request,
@@ -186,6 +190,13 @@ class Conversation:
                     request.message_id = chunk.get("messageId")
             elif frame.get("error"):
                 request.error_frames += 1
+                # A request the gateway refused (its shard was unavailable) ends with this one
+                # frame, `done` and `error` both set (docs/protocol.md).
+                if frame.get("done"):
+                    request.done_ns = now
+                    request.outcome = frame.get("outcome")
+                    if not request.done.done():
+                        request.done.set_result(None)
             elif frame.get("done"):
                 request.done_ns = now
                 request.outcome = frame.get("outcome")
@@ -282,6 +293,24 @@ def _connect_results(
     return ok, {"open_ms": open_ms, "identity_ms": identity_ms, "failures": failures}
 
 
+async def _after(delay: float, work: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    """`work`, started `delay` seconds from now."""
+    if delay > 0:
+        await asyncio.sleep(delay)
+    return await work
+
+
+def _ports(command: Command) -> list[int]:
+    """The port each of the command's conversations connects to: `ports` (one per name, to
+    spread conversations over several gateways), else `port` for all."""
+    ports: list[int] | None = command.get("ports")
+    if ports is None:
+        return [command["port"]] * len(command["names"])
+    if len(ports) != len(command["names"]):
+        raise ValueError(f"{len(ports)} ports for {len(command['names'])} conversations")
+    return ports
+
+
 class Worker:
     """Runs commands in one worker process."""
 
@@ -313,25 +342,33 @@ class Worker:
         raise ValueError(f"unknown command {op!r}")
 
     async def converse(self, command: Command) -> dict[str, Any]:
-        host, port, agent = command["host"], command["port"], command["agent"]
+        host, agent = command["host"], command["agent"]
         query = command.get("query", "")
         deflate, timeout, words = command["deflate"], command["timeout"], command["words"]
         samples = Samples()
         convs = [Conversation(name, samples) for name in command["names"]]
+        ports = _ports(command)
         results = await _bounded(
             command.get("connect_concurrency", 50),
             [
-                lambda c=c: c.open(host, port, agent, deflate=deflate, query=query)  # type: ignore[misc]
-                for c in convs
+                lambda c=c, p=p: c.open(host, p, agent, deflate=deflate, query=query)  # type: ignore[misc]
+                for c, p in zip(convs, ports, strict=True)
             ],
         )
         convs, connects = _connect_results(convs, results)
         requests: list[dict[str, Any]] = []
         await self.sync(command)
+        ramp = float(command.get("ramp_s", 0.0))
         for w in range(command["warmup"]):
             round_index = -1 - w
+            # The first message of each conversation (its activation on a shard) is spread
+            # over `ramp_s` seconds: conversations arrive over time, not in one instant.
+            step = ramp / len(convs) if w == 0 and convs else 0.0
             requests += await asyncio.gather(
-                *(c.send(round_index, prompt(words, i + w), timeout) for i, c in enumerate(convs))
+                *(
+                    _after(i * step, c.send(round_index, prompt(words, i + w), timeout))
+                    for i, c in enumerate(convs)
+                )
             )
             await self.sync(command)
         rounds = command["rounds"]
@@ -368,7 +405,7 @@ class Worker:
         }
 
     async def sequential(self, command: Command) -> dict[str, Any]:
-        host, port, agent = command["host"], command["port"], command["agent"]
+        host, agent = command["host"], command["agent"]
         query = command.get("query", "")
         deflate, timeout, words = command["deflate"], command["timeout"], command["words"]
         samples = Samples()
@@ -378,7 +415,7 @@ class Worker:
         stray = 0
         deadline = time.monotonic() + command.get("budget_s", 1e9)
         skipped = 0
-        for i, name in enumerate(command["names"]):
+        for i, (name, port) in enumerate(zip(command["names"], _ports(command), strict=True)):
             if time.monotonic() > deadline:
                 skipped += 1
                 continue

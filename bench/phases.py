@@ -8,16 +8,16 @@ import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from bench.event_lag import EventLag
 from bench.loadgen import ClientPool, Command
-from bench.procs import CpuMeter, Proc, status_kib, system_cpu
+from bench.procs import CpuMeter, Proc, by_role, status_kib, system_cpu
 from bench.stats import percentile, summary
 from bench.targets import Target
 
-PHASES: Final = ("warmup", "idle", "sequential", "burst", "load")
-"""The phases run against each load target, in their order."""
+PHASES = ("idle", "sequential", "burst", "load")
+"""The measured phases, in the order they run (a warm-up always comes first)."""
 
 
 @dataclass(slots=True)
@@ -39,7 +39,48 @@ class Params:
     sequential_budget: float = 90.0
     connect_concurrency: int = 50
     quick: bool = False
+    shards: int = 2
+    """Shards of a durachat target."""
+    gateways: int = 1
+    """Gateways of a durachat target; clients spread their conversations over all of them."""
     phases: list[str] = field(default_factory=lambda: list(PHASES))
+    """The phases to run after the warm-up (a subset of PHASES, in that order)."""
+    ramp_s: float = 0.0
+    """Seconds over which the load phase's conversations send their first (unmeasured)
+    message, which activates them on their shards."""
+
+    def load_timeout(self) -> float:
+        """Seconds the parent waits for the load generators to finish the load phase: every
+        reply of the warm-up and the measured rounds may take up to `timeout`, plus connecting
+        and closing."""
+        return max(600.0, (1 + self.rounds) * self.timeout + self.ramp_s + 180.0)
+
+
+def reply_timeout(conversations: int, base: float = 30.0) -> float:
+    """Seconds to wait for one reply under load: `base` up to 200 conversations, growing in
+    proportion beyond, since a saturated cluster shares its throughput among all of them (at
+    1,000 conversations and ~1,500 chunks/s a 41-chunk reply takes ~27 s)."""
+    return base * max(1.0, conversations / 200)
+
+
+def warmup_ramp(conversations: int) -> float:
+    """The default `ramp_s`: none up to 200 conversations (all at once, as the benchmark has
+    always run), then 1 s per 100 conversations, as conversations arrive over time rather than
+    in one instant; the measured rounds, all conversations streaming at once, are not ramped
+    (docs/benchmarks.md#scale)."""
+    return 0.0 if conversations <= 200 else conversations / 100
+
+
+def parse_phases(text: str) -> list[str]:
+    """`--phases`: a comma-separated subset of PHASES, returned in the order they run."""
+    # The warm-up always runs; naming it (`warmup,idle`) is allowed.
+    wanted = {p.strip() for p in text.split(",") if p.strip()} - {"warmup"}
+    unknown = wanted - set(PHASES)
+    if unknown:
+        raise ValueError(f"unknown phase(s) {', '.join(sorted(unknown))}; known: {PHASES}")
+    if not wanted:
+        raise ValueError("no phase given")
+    return [p for p in PHASES if p in wanted]
 
 
 def split(names: list[str], parts: int) -> list[list[str]]:
@@ -47,11 +88,27 @@ def split(names: list[str], parts: int) -> list[list[str]]:
     return [names[i::parts] for i in range(parts)]
 
 
-def _command(target: Target, params: Params, op: str, names: list[str], **extra: Any) -> Command:
+def spread(names: list[str], ports: list[int], parts: int) -> list[tuple[list[str], list[int]]]:
+    """Round-robin `names` over `parts` load generators, each conversation on the next of
+    `ports` in turn (so several gateways get an equal share whatever the number of load
+    generators): per generator, its names and the port of each."""
+    port_of = {name: ports[i % len(ports)] for i, name in enumerate(names)}
+    return [(part, [port_of[n] for n in part]) for part in split(names, parts)]
+
+
+def _command(
+    target: Target,
+    params: Params,
+    op: str,
+    names: list[str],
+    ports: list[int] | None = None,
+    **extra: Any,
+) -> Command:
     return {
         "op": op,
         "host": target.host,
         "port": target.port,
+        "ports": ports,
         "agent": target.agent,
         "query": target.query,
         "names": names,
@@ -138,11 +195,13 @@ class Runner:
     def warmup(self) -> dict[str, Any]:
         """A few short conversations so every shard has imported and run everything once."""
         count = 4 if self.params.quick else 8
+        [(names, ports)] = spread(self.names("warm", count), self.target.client_ports(), 1)
         command = _command(
             self.target,
             self.params,
             "converse",
-            self.names("warm", count),
+            names,
+            ports,
             warmup=0,
             rounds=2,
             chain=False,
@@ -199,11 +258,15 @@ class Runner:
     def sequential(self) -> dict[str, Any]:
         """One conversation at a time: a cold (new conversation) then a warm request each."""
         params = self.params
+        [(names, ports)] = spread(
+            self.names("seq", params.sequential), self.target.client_ports(), 1
+        )
         command = _command(
             self.target,
             params,
             "sequential",
-            self.names("seq", params.sequential),
+            names,
+            ports,
             per_conversation=2,
             words=params.ttft_words,
             budget_s=params.sequential_budget,
@@ -235,13 +298,16 @@ class Runner:
                 params,
                 "converse",
                 part,
+                ports,
                 warmup=0,
                 rounds=2,
                 chain=False,
                 sync=True,
                 words=params.ttft_words,
             )
-            for part in split(self.names("burst", params.burst), self.pool.size)
+            for part, ports in spread(
+                self.names("burst", params.burst), self.target.client_ports(), self.pool.size
+            )
         ]
         results = self.pool.run(commands, timeout=300)
         requests = [r for res in results for r in res["requests"]]
@@ -261,13 +327,19 @@ class Runner:
                 params,
                 "converse",
                 part,
+                ports,
                 warmup=1,
+                ramp_s=params.ramp_s,
                 rounds=params.rounds,
                 chain=True,
                 sync=True,
                 words=params.words,
             )
-            for part in split(self.names("load", params.conversations), self.pool.size)
+            for part, ports in spread(
+                self.names("load", params.conversations),
+                self.target.client_ports(),
+                self.pool.size,
+            )
         ]
         clients = [Proc("client", f"client-{i}", pid) for i, pid in enumerate(self.pool.pids)]
         meter = CpuMeter(self.target.procs + clients)
@@ -289,7 +361,7 @@ class Runner:
                 usage.update(meter.stop())
                 commands_stats.update(redis.read())
 
-        results = self.pool.run(commands, timeout=600, on_mark=on_mark)
+        results = self.pool.run(commands, timeout=params.load_timeout(), on_mark=on_mark)
         event_lag = lag.stop() if lag is not None else None
         requests = [r for res in results for r in res["requests"]]
         measured = [r for r in requests if r["round"] >= 0]
@@ -313,6 +385,7 @@ class Runner:
         connect_failures = [f for res in results for f in res["connect"]["failures"]]
         errors = _request_errors(measured)
         cpu_s: dict[str, float | None] = usage.get("cpu_s", {})
+        roles = by_role(cpu_s, self.target.procs + clients)
         return {
             "conversations": params.conversations,
             "rounds": params.rounds,
@@ -352,6 +425,12 @@ class Runner:
             "cpu_us_per_delta": {
                 name: (1e6 * s / deltas) if s is not None and deltas else None
                 for name, s in cpu_s.items()
+            },
+            "gateways": len([p for p in self.target.procs if p.role == "gateway"]),
+            "shards": len([p for p in self.target.procs if p.role == "shard"]),
+            "cpu_s_by_role": roles,
+            "cpu_us_per_delta_by_role": {
+                role: 1e6 * s / deltas if deltas else None for role, s in roles.items()
             },
         }
 

@@ -101,6 +101,19 @@ class CpuMeter:
         }
 
 
+def by_role(per_name: dict[str, float | None], procs: list[Proc]) -> dict[str, float]:
+    """CPU seconds per process name summed per role (every gateway, every shard, ...), in the
+    order roles first appear in `procs`; processes gone before the reading (None) and names
+    not among `procs` count for nothing."""
+    out: dict[str, float] = {}
+    for proc in procs:
+        value = per_name.get(proc.name)
+        out.setdefault(proc.role, 0.0)
+        if value is not None:
+            out[proc.role] = round(out[proc.role] + value, 3)
+    return out
+
+
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for processes the bench starts: `bench` importable, bytecode cached.
 

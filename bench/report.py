@@ -86,7 +86,8 @@ def _util(result: dict[str, Any]) -> float | None:
 
 
 def _front(name: str) -> bool:
-    return name in ("gw-1", "relay")
+    # Every gateway of a cluster (gw-1, gw-2, ...): a role's figures sum over its processes.
+    return name.startswith("gw-") or name == "relay"
 
 
 def _model_side(name: str) -> bool:

@@ -25,7 +25,15 @@ from typing import Any
 from bench.auth_cost import auth_rows, paired_rows, render_auth, run_paired
 from bench.branches import BRANCHES_HEADER, branches_rows, run_branches
 from bench.loadgen import ClientPool
-from bench.phases import PHASES, Params, Runner, machine_busy
+from bench.phases import (
+    PHASES,
+    Params,
+    Runner,
+    machine_busy,
+    parse_phases,
+    reply_timeout,
+    warmup_ramp,
+)
 from bench.procs import REPO_ROOT, Cleanup, loadavg
 from bench.recovery import recovery_rows, run_recovery
 from bench.report import reference_rows, render, rows
@@ -35,6 +43,20 @@ from bench.tracing_cost import render_tracing, tracing_rows
 from durachat_infra.runtime import raise_open_files_limit
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _phases(text: str) -> list[str]:
+    try:
+        return parse_phases(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -49,15 +71,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--words", type=int, default=40, help="words per message in the load (40)")
     parser.add_argument("--idle-connections", type=int, default=None, help="idle sockets (2000)")
     parser.add_argument(
-        "--phases",
-        default=",".join(PHASES),
-        help=f"phases run against each load target ({','.join(PHASES)}); e.g. warmup,idle "
-        "measures idle sockets alone",
-    )
-    parser.add_argument(
         "--client-procs", type=int, default=2, help="load-generator processes (2; see README)"
     )
     parser.add_argument("--no-deflate", action="store_true", help="do not offer permessage-deflate")
+    parser.add_argument(
+        "--shards", type=_positive, default=2, help="shards of the durachat targets (2)"
+    )
+    parser.add_argument(
+        "--gateways",
+        type=_positive,
+        default=1,
+        help="gateways of the durachat targets (1); conversations are spread over all of them",
+    )
+    parser.add_argument(
+        "--ramp",
+        type=float,
+        default=None,
+        help="seconds over which the load's conversations send their first, unmeasured "
+        "message (0 up to 200 conversations, then 1 s per 100; 0: all at once)",
+    )
+    parser.add_argument(
+        "--phases",
+        type=_phases,
+        default=list(PHASES),
+        help=f"comma-separated phases to run after the warm-up ({','.join(PHASES)})",
+    )
     parser.add_argument(
         "--targets",
         default="durachat,baseline,recovery,branches",
@@ -109,19 +147,19 @@ def make_params(args: argparse.Namespace) -> Params:
             1, min(params.idle_conversations, args.idle_connections // 10)
         )
     params.words = args.words
-    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    unknown = sorted(set(phases) - set(PHASES))
-    if unknown:
-        raise SystemExit(f"unknown phases {unknown}: choose among {','.join(PHASES)}")
-    params.phases = [p for p in PHASES if p in phases]
     params.client_procs = max(1, args.client_procs)
     params.deflate = not args.no_deflate
+    params.timeout = reply_timeout(params.conversations, params.timeout)
+    params.shards = args.shards
+    params.gateways = args.gateways
+    params.phases = list(args.phases)
+    params.ramp_s = warmup_ramp(params.conversations) if args.ramp is None else max(0.0, args.ramp)
     return params
 
 
 def git_commit() -> str | None:
-    """The checked-out commit, read from .git without running git (in a worktree, `.git` is a
-    file naming its own directory; branches are kept in the main repository's)."""
+    """The checked-out commit, read from .git without running git (in a linked worktree,
+    `.git` is a file naming the worktree's git directory, whose `commondir` holds the refs)."""
     git = REPO_ROOT / ".git"
     try:
         if git.is_file():
@@ -133,8 +171,9 @@ def git_commit() -> str | None:
         if not head.startswith("ref: "):
             return head
         ref = head[5:]
-        if (common / ref).exists():
-            return (common / ref).read_text().strip()
+        for base in (git, common):
+            if (base / ref).exists():
+                return (base / ref).read_text().strip()
         for line in (common / "packed-refs").read_text().splitlines():
             if line.endswith(" " + ref):
                 return line.split()[0]
@@ -180,10 +219,10 @@ def log(message: str) -> None:
 
 
 def run_target(target: Target, pool: ClientPool, params: Params) -> dict[str, Any]:
-    """The phases against one running target."""
+    """Every phase against one running target."""
     runner = Runner(target, pool, params)
     out: dict[str, Any] = {"processes": [vars_of(p) for p in target.procs]}
-    for phase in params.phases:
+    for phase in ("warmup", *params.phases):
         started = time.monotonic()
         out[phase] = getattr(runner, phase)()
         took = time.monotonic() - started
@@ -297,11 +336,11 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     params = make_params(args)
+    # One descriptor per client socket (the idle phase opens thousands).
+    raise_open_files_limit()
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     profile = frozenset(r.strip() for r in args.profile.split(",") if r.strip())
     signal.signal(signal.SIGTERM, _interrupt)
-    # Inherited by every process the run starts: thousands of idle sockets each side.
-    raise_open_files_limit()
     run_dir = Path(tempfile.mkdtemp(prefix="durachat-bench-"))
     profile_dir = run_dir / "profiles"
     profile_dir.mkdir()
@@ -323,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     try:
         log(f"run directory {run_dir}; {params.client_procs} load-generator process(es)")
+        if any(t.startswith("durachat") for t in targets):
+            log(
+                f"durachat targets: {params.gateways} gateway(s), {params.shards} shard(s); "
+                f"phases warmup,{','.join(params.phases)}; reply timeout {params.timeout:.0f}s; "
+                f"the load's first messages over {params.ramp_s:g}s"
+            )
         load_targets = [t for t in targets if t not in ("recovery", "branches")]
         # The load generators serve only the load targets.
         pool = ClientPool(params.client_procs) if load_targets else None
@@ -339,11 +384,22 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if name == "durachat":
                     target = start_durachat(
-                        run_dir / "durachat", cleanup, profile=profile, profile_dir=profile_dir
+                        run_dir / "durachat",
+                        cleanup,
+                        profile=profile,
+                        profile_dir=profile_dir,
+                        shards=params.shards,
+                        gateways=params.gateways,
                     )
                 elif name == "durachat-auth":
                     target = start_durachat(
-                        run_dir / name, cleanup, profile=profile, profile_dir=profile_dir, auth=True
+                        run_dir / name,
+                        cleanup,
+                        profile=profile,
+                        profile_dir=profile_dir,
+                        auth=True,
+                        shards=params.shards,
+                        gateways=params.gateways,
                     )
                 elif name == "durachat-redis-cluster":
                     target = start_durachat(
@@ -352,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
                         profile=profile,
                         profile_dir=profile_dir,
                         redis_masters=3,
+                        shards=params.shards,
+                        gateways=params.gateways,
                     )
                 elif name == "durachat-traced":
                     target = start_durachat(
@@ -360,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
                         profile=profile,
                         profile_dir=profile_dir,
                         traced=True,
+                        shards=params.shards,
+                        gateways=params.gateways,
                     )
                 elif name == "baseline":
                     target = start_baseline(

@@ -36,6 +36,12 @@ class Target:
     """Extra query parameters of every client socket (`token=…` for a cluster in auth mode)."""
     otlp_endpoint: str | None = None
     """The local OTLP receiver of a traced cluster (its `/stats` counts what it received)."""
+    ports: list[int] = field(default_factory=list)
+    """Every port clients may connect to (a cluster's gateways); empty means `port` only."""
+
+    def client_ports(self) -> list[int]:
+        """The ports load generators spread their conversations over (the front's first)."""
+        return self.ports or [self.port]
 
     def exported(self) -> dict[str, int] | None:
         """What the OTLP receiver of a traced cluster received so far (requests, spans)."""
@@ -100,8 +106,11 @@ def start_durachat(
     auth: bool = False,
     traced: bool = False,
     redis_masters: int = 0,
+    shards: int = 2,
+    gateways: int = 1,
 ) -> Target:
-    """Start 1 gateway, 2 shards and 1 jobs worker with an embedded Redis (with
+    """Start `gateways` gateways (1), `shards` shards (2) and 1 jobs worker with an embedded
+    Redis (with
     `redis_masters`, an embedded Redis Cluster of that many masters); with `auth`, in auth
     mode (docs/security.md), every client socket carrying a client token of a tenant without
     quota limits, as a browser app's would; with `traced`, every turn traced (100 % sampling)
@@ -118,8 +127,8 @@ def start_durachat(
     cluster = BenchCluster(
         var_dir=var_dir,
         port=free_port(),
-        gateways=1,
-        shards=2,
+        gateways=gateways,
+        shards=shards,
         jobs=1,
         # The embedded SQLite by default; BENCH_DATABASE_URL measures another database.
         database_url=os.environ.get("BENCH_DATABASE_URL") or None,
@@ -153,6 +162,7 @@ def start_durachat(
         None if redis_masters else cluster.redis_url,
         query=f"token={_bench_token(cluster.urls[0])}" if auth else "",
         otlp_endpoint=endpoint if traced else None,
+        ports=list(cluster.gateway_ports),
     )
 
 
