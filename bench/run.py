@@ -44,6 +44,14 @@ from durachat_infra.runtime import raise_open_files_limit
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
+DURACHAT_TARGETS: dict[str, dict[str, Any]] = {
+    "durachat": {},
+    "durachat-auth": {"auth": True},
+    "durachat-traced": {"traced": True},
+    "durachat-redis-cluster": {"redis_masters": 3},
+}
+"""The durachat load targets: how each one's cluster differs from the default."""
+
 
 def _positive(text: str) -> int:
     value = int(text)
@@ -382,44 +390,15 @@ def main(argv: list[str] | None = None) -> int:
             target: Target | None = None
             pool.reset()
             try:
-                if name == "durachat":
-                    target = start_durachat(
-                        run_dir / "durachat",
-                        cleanup,
-                        profile=profile,
-                        profile_dir=profile_dir,
-                        shards=params.shards,
-                        gateways=params.gateways,
-                    )
-                elif name == "durachat-auth":
+                if name in DURACHAT_TARGETS:
                     target = start_durachat(
                         run_dir / name,
                         cleanup,
                         profile=profile,
                         profile_dir=profile_dir,
-                        auth=True,
                         shards=params.shards,
                         gateways=params.gateways,
-                    )
-                elif name == "durachat-redis-cluster":
-                    target = start_durachat(
-                        run_dir / name,
-                        cleanup,
-                        profile=profile,
-                        profile_dir=profile_dir,
-                        redis_masters=3,
-                        shards=params.shards,
-                        gateways=params.gateways,
-                    )
-                elif name == "durachat-traced":
-                    target = start_durachat(
-                        run_dir / name,
-                        cleanup,
-                        profile=profile,
-                        profile_dir=profile_dir,
-                        traced=True,
-                        shards=params.shards,
-                        gateways=params.gateways,
+                        **DURACHAT_TARGETS[name],
                     )
                 elif name == "baseline":
                     target = start_baseline(

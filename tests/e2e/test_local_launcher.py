@@ -22,6 +22,19 @@ from support.wsclient import WsClient, chat_request, user_message
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 
 
+def _launch(tmp_path: Path, port: int, extra: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`durachat-local` as `make run` starts it, on `port`, its data under `tmp_path`."""
+    env = {**os.environ, "PORT": str(port), "DURACHAT_VAR_DIR": str(tmp_path / "var"), **extra}
+    env.pop("REDIS_URL", None)
+    env.pop("DATABASE_URL", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "durachat_infra.local"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
 async def _shards(url: str) -> dict[str, int]:
     try:
         async with httpx.AsyncClient(base_url=url, timeout=2) as http:
@@ -33,20 +46,8 @@ async def _shards(url: str) -> dict[str, int]:
 
 async def test_make_run_cluster_restarts_crashed_children_and_stops_all(tmp_path: Path) -> None:
     port = free_port()
-    env = {
-        **os.environ,
-        "PORT": str(port),
-        "DURACHAT_VAR_DIR": str(tmp_path / "var"),
-        "DURACHAT_HEARTBEAT_INTERVAL": "0.2",
-        "DURACHAT_SHARD_TTL": "1.0",
-    }
-    env.pop("REDIS_URL", None)
-    env.pop("DATABASE_URL", None)
-    launcher = subprocess.Popen(  # noqa: ASYNC220 - a plain child, watched with psutil
-        [sys.executable, "-m", "durachat_infra.local"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+    launcher = _launch(
+        tmp_path, port, {"DURACHAT_HEARTBEAT_INTERVAL": "0.2", "DURACHAT_SHARD_TTL": "1.0"}
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -95,20 +96,10 @@ async def test_make_run_on_a_redis_cluster_spreads_conversations_over_its_master
 ) -> None:
     port = free_port()
     prefix = f"l{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "PORT": str(port),
-        "DURACHAT_VAR_DIR": str(tmp_path / "var"),
-        "DURACHAT_KEY_PREFIX": prefix,
-        "REDIS_CLUSTER_NODES": redis_cluster_servers.nodes,
-    }
-    env.pop("REDIS_URL", None)
-    env.pop("DATABASE_URL", None)
-    launcher = subprocess.Popen(  # noqa: ASYNC220 - a plain child, watched with psutil
-        [sys.executable, "-m", "durachat_infra.local"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+    launcher = _launch(
+        tmp_path,
+        port,
+        {"DURACHAT_KEY_PREFIX": prefix, "REDIS_CLUSTER_NODES": redis_cluster_servers.nodes},
     )
     url = f"http://127.0.0.1:{port}"
     try:
