@@ -362,6 +362,9 @@ class TurnRunner:
         stored: UIMessage | None,
     ) -> TurnResult:
         request_id = queued.request.request_id
+        if queued.recovery is not None:
+            # Tabs learn the recovery is over before the terminal frame (docs/protocol.md).
+            self._recovery.finished(queued.recovery, outcome, stream.assembler.message)
         self._emit.terminal(
             request_id,
             outcome=None if outcome == "completed" else outcome,
@@ -369,8 +372,6 @@ class TurnRunner:
             continuation=stream.continuation,
             streamed=True,
         )
-        if queued.recovery is not None:
-            self._recovery.finished(queued.recovery, outcome, stream.assembler.message)
         self._event(
             "message:error" if outcome == "error" else "message:response",
             {"requestId": request_id, "status": outcome} | ({"error": error} if error else {}),

@@ -185,8 +185,8 @@ class RecoveryEndings:
         self._sync_agent()
         if store_partial is not None:
             self._emit.messages(self._transcript.messages)
-        self._emit.terminal_error(ctx.request_id, text, continuation=continuation)
         self._emit.recovering(ctx.recovery_root_request_id, active=False)
+        self._emit.terminal_error(ctx.request_id, text, continuation=continuation)
 
     def _publish_exhausted(
         self, incident: Incident, ctx: RecoveryContext, reason: SealReason, text: str
