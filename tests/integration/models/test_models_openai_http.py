@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from durachat.models import ModelError, stream_ui_chunks, to_chat_messages
+from durachat.models._litellm import litellm
 from durachat.types import UIChunk
 
 # litellm builds some pydantic schemas lazily on its first call; pydantic then warns about
@@ -76,6 +77,19 @@ SCENARIOS: dict[str, list[dict[str, Any]]] = {
         delta_event({}, "tool_calls"),
     ],
     "stall": [delta_event({"role": "assistant", "content": "waiting"})],
+    # What OpenAI sends when asked for usage: the finish, then a chunk with no choices.
+    "usage": [
+        delta_event({"role": "assistant", "content": "Hi"}),
+        delta_event({}, "stop"),
+        {
+            "id": "chatcmpl-test",
+            "object": "chat.completion.chunk",
+            "created": 1700000000,
+            "model": "test-model",
+            "choices": [],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+        },
+    ],
 }
 
 
@@ -352,3 +366,24 @@ async def test_abort_interrupts_a_request_waiting_for_headers(fake_openai: FakeO
         pytest.fail("abort did not end the request")
     task.result()
     assert chunks == []
+
+
+async def test_the_rest_after_the_finish_is_read_without_litellm_rebuilding_the_reply(
+    fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The usage chunk after the finish reason is read (the HTTP response to its end), but
+    litellm's end-of-stream rebuild of the whole reply does not run (docs/benchmarks.md, "The
+    model call")."""
+    builds: list[int] = []
+    real = litellm.stream_chunk_builder
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        builds.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(litellm, "stream_chunk_builder", spy)
+    chunks = [c async for c in run(fake_openai, "usage")]
+    assert [c["delta"] for c in chunks if c["type"] == "text-delta"] == ["Hi"]
+    assert chunks[-1] == {"type": "finish", "finishReason": "stop"}
+    assert fake_openai.requests[-1]["stream_options"] == {"include_usage": True}
+    assert builds == []

@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, cast
 
 import pytest
+from litellm.integrations.custom_logger import CustomLogger
 
 from durachat.models import SCRIPTED_MODEL, ModelError, stream_ui_chunks
 from durachat.models._litellm import CustomLLM, litellm, register_provider, to_model_error
@@ -38,6 +39,8 @@ class Probe(CustomLLM):
         self.sent = 0
         self.closed = asyncio.Event()
         self.gate = asyncio.Semaphore(0)
+        self.drained = False
+        """The stream ran past its last chunk (its reader asked for more and got the end)."""
 
     def astreaming(self, *args: Any, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:  # type: ignore[override]
         return self._stream()
@@ -63,6 +66,7 @@ class Probe(CustomLLM):
                 "usage": None,
                 "index": 0,
             }
+            self.drained = True
         finally:
             self.closed.set()
 
@@ -302,3 +306,56 @@ async def test_tools_and_kwargs_are_passed_to_litellm(monkeypatch: pytest.Monkey
     assert seen["stream"] is True
     assert seen["temperature"] == 0
     assert seen["model"] == SCRIPTED_MODEL
+
+
+class SuccessLog(CustomLogger):
+    """A litellm callback: counts the calls litellm logged as successful."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logged = asyncio.Event()
+
+    async def async_log_success_event(self, *args: Any, **kwargs: Any) -> None:
+        self.logged.set()
+
+
+def count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts litellm's end-of-stream rebuilds of the whole response."""
+    calls: list[int] = []
+    real = litellm.stream_chunk_builder
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(litellm, "stream_chunk_builder", spy)
+    return calls
+
+
+async def test_litellm_bookkeeping_is_skipped_once_the_provider_is_read_to_its_end(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    builds = count_builds(monkeypatch)
+    for _ in range(probe.count):
+        probe.gate.release()
+    chunks = await collect(stream_ui_chunks("durachat-probe/x", user("hi")))
+    assert text_of(chunks) == ["d0 ", "d1 ", "d2 "]
+    assert chunks[-1] == {"type": "finish", "finishReason": "stop"}
+    # The provider's response was read to its end before the stream was closed.
+    assert probe.drained
+    await wait_for(probe.closed)
+    assert builds == []
+
+
+async def test_litellm_bookkeeping_runs_when_a_litellm_callback_listens(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    builds = count_builds(monkeypatch)
+    listener = SuccessLog()
+    monkeypatch.setattr(litellm, "callbacks", [listener])
+    for _ in range(probe.count):
+        probe.gate.release()
+    chunks = await collect(stream_ui_chunks("durachat-probe/x", user("hi")))
+    assert text_of(chunks) == ["d0 ", "d1 ", "d2 "]
+    await wait_for(listener.logged)
+    assert builds

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import secrets
@@ -24,6 +25,16 @@ _RETRIES = 30
 with the back-off) before they are dropped."""
 
 
+_PROCESS = secrets.token_hex(4)
+_SERIAL = itertools.count()
+
+
+def _entry_token() -> str:
+    """Unique across processes and within this one: a random per-process prefix and a counter
+    (one system call per process, not one per entry)."""
+    return f"{_PROCESS}{next(_SERIAL):x}"
+
+
 class LogFencedError(Exception):
     """The writer no longer holds the conversation's lease; nothing was appended."""
 
@@ -37,7 +48,7 @@ class _Append:
     state: str
     branch: str = ""
     done: asyncio.Future[str] | None = field(default=None)
-    token: str = field(default_factory=lambda: secrets.token_hex(8))
+    token: str = field(default_factory=_entry_token)
 
 
 def _token(items: list[_Append]) -> str:

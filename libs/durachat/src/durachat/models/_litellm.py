@@ -24,7 +24,7 @@ os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
 
 import functools
 import logging
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any, Protocol
 
 import litellm
@@ -50,6 +50,7 @@ __all__ = [
     "register_provider",
     "reports_usage",
     "to_model_error",
+    "unread_rest",
 ]
 
 
@@ -76,6 +77,26 @@ async def open_stream(
         model=model, messages=messages, stream=True, **kwargs
     )
     return stream
+
+
+def unread_rest(stream: CompletionStream) -> AsyncIterator[object] | None:
+    """What is left of the provider's response once litellm has handed out the chunk with the
+    finish reason, to be read without litellm's per-chunk and end-of-stream work; `None` while
+    the reply is still coming, or when that work has a reader.
+
+    After the finish reason litellm goes on for its own sake: it rebuilds the whole response
+    from the chunks (in a worker thread), prices it, yields a usage-only chunk when usage was
+    asked for and runs its success callbacks: ~60 % of litellm's CPU for a 40-chunk reply
+    (docs/benchmarks.md, "The model call"). With no litellm callback registered nothing reads
+    that work, so a caller that does not want the usage chunk reads the provider's remaining
+    response (a usage chunk, the end of the HTTP stream) itself and closes the stream.
+    """
+    if not getattr(stream, "sent_last_chunk", False):
+        return None
+    if litellm.logging_callback_manager.get_all_callbacks():
+        return None
+    rest = getattr(stream, "completion_stream", None)
+    return rest if isinstance(rest, AsyncIterator) else None
 
 
 @functools.lru_cache(maxsize=256)

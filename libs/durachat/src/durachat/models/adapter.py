@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
@@ -12,6 +13,7 @@ from durachat.models._litellm import (
     open_stream,
     reports_usage,
     to_model_error,
+    unread_rest,
 )
 from durachat.models._ui_chunks import UIChunkConverter
 from durachat.models.scripted import PROVIDER as _SCRIPTED_PROVIDER
@@ -22,6 +24,8 @@ from durachat.types import JSONDict, UIChunk
 __all__ = ["stream_ui_chunks", "to_chat_messages"]
 
 _T = TypeVar("_T")
+
+log = logging.getLogger(__name__)
 
 
 class _AbortedError(Exception):
@@ -81,6 +85,16 @@ class _AbortGuard:
 
     def close(self) -> None:
         self._watcher.cancel()
+
+
+async def _drain(rest: AsyncIterator[object]) -> None:
+    """Read the provider's response to its end once the reply is complete; a failure there
+    (a connection lost after the finish reason) no longer concerns the reply."""
+    try:
+        async for _ in rest:
+            pass
+    except Exception:
+        log.debug("the model's stream failed after its finish reason", exc_info=True)
 
 
 async def stream_ui_chunks(
@@ -167,6 +181,16 @@ async def stream_ui_chunks(
                 out.clear()
             if abort is not None and abort.is_set():
                 return
+            # The usage chunk that may follow is only for the span (docs/benchmarks.md,
+            # "The model call"); `finally` closes the stream.
+            rest = None if recording else unread_rest(stream)
+            if rest is not None:
+                drain = _drain(rest)
+                try:
+                    await (drain if guard is None else guard.wait(drain))
+                except _AbortedError:
+                    return
+                break
         finish_reason = converter.finish(out)
         for ui_chunk in out:
             yield ui_chunk
