@@ -208,6 +208,32 @@ async def test_a_silent_stream_is_left_to_recovery() -> None:
     assert h.agent.closed
 
 
+async def test_the_stall_deadline_restarts_at_every_chunk() -> None:
+    """Gaps each shorter than the stall timeout, together longer than it: not a stall."""
+    gates = [asyncio.Event() for _ in range(4)]
+    steps: list[Step] = [HELLO[0], HELLO[1]]
+    for gate in gates:
+        steps += [Wait(gate), {"type": "text-delta", "id": "t", "delta": "x"}]
+    h = Harness(ScriptedAgent([*steps, *HELLO[4:]], stream_stall_timeout=0.3))
+    running = asyncio.ensure_future(h.start())
+    for n, gate in enumerate(gates):
+        await h.chunks_sent(2 + n)
+        await asyncio.sleep(0.15)  # the gap under test, not synchronisation
+        gate.set()
+    result = await running
+    assert result is not None and result.status == "completed"
+    assert not any(kind == "chat:stream:stalled" for kind, _ in h.events)
+
+
+async def test_an_agent_timing_out_on_its_own_is_an_error_not_a_stall() -> None:
+    h = Harness(
+        ScriptedAgent([*HELLO[:3], Fail(TimeoutError("a tool gave up"))], stream_stall_timeout=5)
+    )
+    result = await h.start()
+    assert result is not None and result.status == "error"
+    assert not any(kind == "chat:stream:stalled" for kind, _ in h.events)
+
+
 async def test_a_model_error_is_reported_and_the_partial_kept() -> None:
     down = ModelError("provider said 503", public_message="The model is unavailable.")
     h = Harness(ScriptedAgent([*HELLO[:3], Fail(down)]))

@@ -302,8 +302,14 @@ class _BlockingRead:
                     continue
                 if key in self.logs:
                     self._reader._deliver(key, rows)
-            if result and self._options.coalesce and not behind:
+            if self._options.coalesce and not behind and _logs_in(result, self._wake_key) > 1:
                 # Under load every read would return a few entries of a few logs, and each read
                 # names every followed log. Waiting a moment lets entries gather, so one read
-                # carries many; an idle log still wakes the read at once.
+                # carries many; a read that found one conversation's entries is not a load, and
+                # reads again at once (its next chunk is not held back; an idle log blocks).
                 await asyncio.sleep(self._options.coalesce)
+
+
+def _logs_in(result: Any, wake_key: str) -> int:
+    """How many followed logs an `XREAD` reply brought entries of."""
+    return sum(1 for key, rows in result or () if rows and key != wake_key)

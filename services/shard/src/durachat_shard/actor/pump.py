@@ -59,10 +59,25 @@ class ChunkPump:
     async def run(self, stream: AsyncIterator[UIChunk]) -> None:
         """Pump until the stream ends or the reply carries an error; raises
         `StreamStalledError` when the stream stays silent too long."""
-        chunks = stream.__aiter__()
+        # One deadline for the whole turn, pushed back at each chunk: a `wait_for` per chunk
+        # would run every chunk's wait in a task of its own (docs/benchmarks.md).
+        watch = asyncio.timeout(None)
+        try:
+            async with watch:
+                await self._pump(stream.__aiter__(), watch)
+        except TimeoutError:
+            if watch.expired():
+                raise StreamStalledError from None
+            raise
+
+    async def _pump(self, chunks: AsyncIterator[UIChunk], watch: asyncio.Timeout) -> None:
+        loop = asyncio.get_running_loop()
+        stall_after = self._stall_after
         while True:
+            if stall_after > 0:
+                watch.reschedule(loop.time() + stall_after)
             try:
-                chunk = await self._next(chunks)
+                chunk = await anext(chunks)
             except StopAsyncIteration:
                 return
             if self._splice is not None:
@@ -75,14 +90,6 @@ class ChunkPump:
             self._pass(chunk)
             if self._assembler.error_text is not None:
                 return
-
-    async def _next(self, chunks: AsyncIterator[UIChunk]) -> UIChunk:
-        if self._stall_after <= 0:
-            return await anext(chunks)
-        try:
-            return await asyncio.wait_for(anext(chunks), self._stall_after)
-        except TimeoutError:
-            raise StreamStalledError from None
 
     def _start(self, first: UIChunk) -> None:
         self._started = True
