@@ -145,6 +145,11 @@ class ShardSettings(CommonSettings, ClusterTiming):
     idle_evict_after: float = 300.0
     """Seconds an idle conversation stays in memory before it is evicted."""
 
+    max_loop_lag: float = Field(default=1.0, ge=0)
+    """Seconds the shard's event loop may run behind before it refuses new turns with
+    `overloaded` (0: never refuse). Keep it under the lease TTL: a loop later than that loses
+    its conversations' leases."""
+
     log_maxlen: int = 10_000
     """Approximate maximum entries kept in a conversation's event log."""
 

@@ -39,7 +39,7 @@ from durachat_gateway.branch_frames import resolve_branch
 from durachat_gateway.channels import Channel, Channels
 from durachat_gateway.connection import DEFAULT_BUFFER_BYTES, ClientConnection
 from durachat_gateway.edges import name_problem
-from durachat_gateway.forwarder import Forwarder, ForwardError
+from durachat_gateway.forwarder import RETRY_LATER, Forwarder, ForwardError
 from durachat_gateway.telemetry import receive_span
 from durachat_gateway.tenancy import UNAVAILABLE, Tenancy, quota_response_body
 from durachat_infra.keys import conversation_tag
@@ -283,7 +283,7 @@ def aisdk_router(
                 await tenancy.gate.release(key, request_id)
             runtime().channels.leave(tag, conn)
             await conn.aclose()
-            return _error(503 if exc.code == "unavailable" else 404, exc.code, exc.message)
+            return _error(503 if exc.code in RETRY_LATER else 404, exc.code, exc.message)
         except BaseException:
             runtime().channels.leave(tag, conn)
             await conn.aclose()

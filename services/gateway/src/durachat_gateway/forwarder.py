@@ -31,6 +31,11 @@ FORWARDED: Final = frozenset(
 log = logging.getLogger(__name__)
 
 
+RETRY_LATER = frozenset({"unavailable", "overloaded"})
+"""The `ForwardError` codes of a cluster that cannot take the frame now (HTTP 503), rather
+than of a frame naming something that does not exist."""
+
+
 class ForwardError(Exception):
     """A frame could not be delivered; `code` is stable."""
 
@@ -131,6 +136,10 @@ class Forwarder:
                     if status == 422:
                         # The shard refused the call itself: retrying would not change that.
                         raise ForwardError(code, str(body.get("message") or "invalid frame"))
+                    if code == "overloaded":
+                        # The owner sheds load; retrying at once would add to it. The client
+                        # hears it and may retry later (docs/protocol.md#errors).
+                        raise ForwardError(code, str(body.get("message") or "overloaded"))
                     last_error = f"shard {owner.id} answered {status} {code}"
             if time.monotonic() + delay > deadline:
                 raise ForwardError("unavailable", last_error)

@@ -28,8 +28,10 @@ from durachat_infra.store import (
     UnknownBranchError,
     UnknownTenantError,
 )
+from durachat_shard import metrics
 from durachat_shard.branch_ops import BranchOpIn, apply_branch_op
 from durachat_shard.hosting import Conversations, NotOwnerError, UnknownAgentError
+from durachat_shard.overload import LoopLag
 from durachat_shard.tracing import incoming_context
 
 log = logging.getLogger(__name__)
@@ -99,6 +101,8 @@ def refusal(exc: Exception, shard_id: str) -> JSONResponse:
     return JSONResponse({"code": "database_unavailable"}, status_code=503)
 
 
+OVERLOADED = "The server is too busy to start a reply now; retry shortly."
+
 HEALTH_PATH = "/internal/v1/health"
 # Unsigned: orchestrators' probes and Prometheus' scrapes cannot sign a call, and none of these
 # reveal or change a conversation.
@@ -111,8 +115,11 @@ def build_api(
     writer: LogWriter,
     *,
     cluster_secret: str | None = None,
+    load: LoopLag | None = None,
 ) -> FastAPI:
-    """The internal API of one shard; with `cluster_secret`, only signed calls get through."""
+    """The internal API of one shard; with `cluster_secret`, only signed calls get through.
+    With `load`, chat requests are refused (`503 overloaded`) while the shard's event loop is
+    behind (`overload`)."""
     app = FastAPI(
         title="durachat shard (internal)",
         docs_url=None,
@@ -134,6 +141,14 @@ def build_api(
         except (limits.JSONLimitError, ValidationError) as exc:
             log.warning("refused a forwarded frame: %s", str(exc).splitlines()[0])
             return JSONResponse({"code": "invalid_call", "message": str(exc)}, status_code=422)
+        starts_turn = item.frame.get("type") == MessageType.USE_CHAT_REQUEST.value
+        if starts_turn and load is not None and load.overloaded:
+            # Before activation, which is work too; turns already running go on.
+            metrics.TURNS_REFUSED.labels("overloaded").inc()
+            return JSONResponse(
+                {"code": "overloaded", "shard": shard_id, "message": OVERLOADED},
+                status_code=503,
+            )
         key = ConversationKey(item.tenant, item.agent, item.name)
         try:
             actor = await conversations.get(key, item.branch)
@@ -155,7 +170,7 @@ def build_api(
         started = time.monotonic()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(handled), wait)
-        if item.frame.get("type") == MessageType.USE_CHAT_REQUEST.value:
+        if starts_turn:
             # And once the accepted turn is stored: a shard that dies before that has not
             # answered, so the gateway retries on the next owner instead of the request being
             # lost with this shard's memory (docs/operations.md#when-a-shard-stops-or-dies).

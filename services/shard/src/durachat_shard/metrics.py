@@ -26,6 +26,17 @@ TURN_DURATION = Histogram(
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
 )
 CHUNKS = Counter("durachat_shard_chunks_total", "Chunks appended to event logs")
+LOOP_LAG = Histogram(
+    "durachat_shard_event_loop_lag_seconds",
+    "How late the shard's event loop ran a timer due every 100 ms",
+    buckets=_LATENCY_BUCKETS,
+)
+TURNS_REFUSED = Counter(
+    "durachat_shard_turns_refused_total",
+    "Chat requests refused before they became turns, by reason (`overloaded`: the event loop "
+    "was behind)",
+    ["reason"],
+)
 FENCED = Counter("durachat_shard_fenced_total", "Writes rejected because ownership moved")
 LEASES = Counter(
     "durachat_shard_leases_total",

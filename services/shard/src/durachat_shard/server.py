@@ -35,6 +35,7 @@ from durachat_shard import metrics
 from durachat_shard.api import build_api
 from durachat_shard.health import health_router
 from durachat_shard.hosting import Conversations
+from durachat_shard.overload import LoopLag
 from durachat_shard.usage import TokenMeter
 
 log = logging.getLogger(__name__)
@@ -106,8 +107,13 @@ async def serve(settings: ShardSettings) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
     host, port = sock.getsockname()[:2]
+    load = LoopLag(settings.max_loop_lag)
     api = build_api(
-        conversations, settings.shard_id, writer, cluster_secret=settings.cluster_secret
+        conversations,
+        settings.shard_id,
+        writer,
+        cluster_secret=settings.cluster_secret,
+        load=load,
     )
     api.include_router(health_router(redis, store, cluster_keys, settings.shard_id))
     config = uvicorn.Config(
@@ -149,6 +155,7 @@ async def serve(settings: ShardSettings) -> None:
         settings=settings.events,
     )
     events.start()
+    load.start()
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     log.info(
         "shard %s serving on %s:%s (agents: %s)", settings.shard_id, host, port, agents.names()
@@ -164,6 +171,7 @@ async def serve(settings: ShardSettings) -> None:
         await registration.stop()
         await writer.close()
         await events.stop()
+        await load.stop()
         server.should_exit = True
         await serving
         await view.stop()
