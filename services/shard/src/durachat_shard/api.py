@@ -31,7 +31,7 @@ from durachat_infra.store import (
 from durachat_shard import metrics
 from durachat_shard.branch_ops import BranchOpIn, apply_branch_op
 from durachat_shard.hosting import Conversations, NotOwnerError, UnknownAgentError
-from durachat_shard.overload import LoopLag
+from durachat_shard.overload import Overload
 from durachat_shard.tracing import incoming_context
 
 log = logging.getLogger(__name__)
@@ -115,11 +115,11 @@ def build_api(
     writer: LogWriter,
     *,
     cluster_secret: str | None = None,
-    load: LoopLag | None = None,
+    load: Overload | None = None,
 ) -> FastAPI:
     """The internal API of one shard; with `cluster_secret`, only signed calls get through.
-    With `load`, chat requests are refused (`503 overloaded`) while the shard's event loop is
-    behind (`overload`)."""
+    With `load`, chat requests are refused (`503 overloaded`) while the shard is behind
+    (`overload`)."""
     app = FastAPI(
         title="durachat shard (internal)",
         docs_url=None,

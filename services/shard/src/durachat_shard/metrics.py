@@ -31,10 +31,14 @@ LOOP_LAG = Histogram(
     "How late the shard's event loop ran a timer due every 100 ms",
     buckets=_LATENCY_BUCKETS,
 )
+WRITE_BACKLOG = Gauge(
+    "durachat_shard_write_backlog_seconds",
+    "How long the oldest write still queued on the shard's write chains has waited",
+)
 TURNS_REFUSED = Counter(
     "durachat_shard_turns_refused_total",
     "Chat requests refused before they became turns, by reason (`overloaded`: the event loop "
-    "was behind)",
+    "or the writes were behind)",
     ["reason"],
 )
 FENCED = Counter("durachat_shard_fenced_total", "Writes rejected because ownership moved")

@@ -1,16 +1,17 @@
-"""Load shedding: a shard whose event loop falls behind refuses new turns.
+"""Load shedding: a shard that falls behind refuses new turns.
 
-Everything a shard does runs on one event loop: streaming replies, renewing its conversations'
-leases, answering gateways. When more chats stream than its CPU can carry, the loop runs late,
-and past the lease TTL its leases lapse, conversations move mid-reply and forwarded requests
-time out at the gateway, for every conversation at once (docs/benchmarks.md, "1,000
-conversations at once"). Refusing new turns while the loop is late keeps the turns already
-running on time: the refused client gets a stable `overloaded` error and may retry
-(docs/protocol.md#errors).
+Everything a shard does runs on one event loop, and every turn's writes go through its write
+chains. When more chats stream than its CPU or its database can carry, the loop runs late or
+the writes queue up; then leases lapse, conversations move mid-reply and forwarded requests
+time out at the gateway (a request is answered once its turn is stored), for every
+conversation at once (docs/benchmarks.md, "1,000 conversations at once"). Refusing new turns
+while the shard is behind keeps the turns already running going: the refused client gets a
+stable `overloaded` error and may retry (docs/operations.md#overload).
 
-Lateness is measured the way it is felt: a timer is due every `interval`; how late it runs is
-the loop's lag. A loop stuck on one long step cannot run the timer, so a request handled right
-after counts how overdue the timer is as well.
+Behind is measured the way it is felt. The loop: a timer is due every `interval`, and how late
+it runs is the loop's lag (a loop stuck on one long step cannot run the timer, so a request
+handled right after counts how overdue it is as well). The database: how long the oldest write
+still queued has waited (`actor.writes.BACKLOG`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from typing import Final
 
 from durachat_shard import metrics
+from durachat_shard.actor.writes import BACKLOG, Backlog
 
 log = logging.getLogger(__name__)
 
@@ -29,17 +31,21 @@ INTERVAL: Final = 0.1
 """Seconds between the lag measurements."""
 
 
-class LoopLag:
-    """Measures how late the running event loop is, and says when that is too late.
+class Overload:
+    """Measures how far behind the shard is, and says when that is too far.
 
-    `limit` is the lag past which new turns are refused (0: never); once over it the shard
-    keeps refusing until the loop has been on time for `limit` seconds, so it does not accept
-    a burst of turns the moment one measurement comes in under it.
+    `limit` is the lag (of the loop, or of the oldest queued write) past which new turns are
+    refused (0: never); once over it the shard keeps refusing until it has been within it for
+    `limit` seconds, so it does not accept a burst of turns the moment one measurement comes in
+    under it.
     """
 
-    def __init__(self, limit: float, *, interval: float = INTERVAL) -> None:
+    def __init__(
+        self, limit: float, *, interval: float = INTERVAL, backlog: Backlog = BACKLOG
+    ) -> None:
         self._limit = limit
         self._interval = interval
+        self._backlog = backlog
         self._due = 0.0
         self._lag = 0.0
         self._over_until = 0.0
@@ -61,12 +67,22 @@ class LoopLag:
             self._task = None
 
     @property
-    def lag(self) -> float:
+    def loop_lag(self) -> float:
         """Seconds the loop is behind: the last measurement, or more if the next one is
         already overdue."""
         if self._task is None:
             return 0.0
         return max(self._lag, time.monotonic() - self._due)
+
+    @property
+    def write_lag(self) -> float:
+        """Seconds the oldest write still queued has waited."""
+        return self._backlog.age(time.monotonic())
+
+    @property
+    def lag(self) -> float:
+        """How far behind the shard is: the larger of the two."""
+        return max(self.loop_lag, self.write_lag)
 
     @property
     def overloaded(self) -> bool:
@@ -80,9 +96,13 @@ class LoopLag:
         if shedding != self._shedding:
             self._shedding = shedding
             if shedding:
-                log.warning("event loop %.2f s behind: refusing new turns", self.lag)
+                log.warning(
+                    "behind (event loop %.2f s, oldest queued write %.2f s): refusing new turns",
+                    self.loop_lag,
+                    self.write_lag,
+                )
             else:
-                log.info("event loop back on time: accepting new turns")
+                log.info("back on time: accepting new turns")
         return shedding
 
     async def _measure(self) -> None:
@@ -91,6 +111,8 @@ class LoopLag:
             now = time.monotonic()
             self._lag = now - self._due
             metrics.LOOP_LAG.observe(self._lag)
-            if self._limit > 0 and self._lag > self._limit:
+            backlog = self._backlog.age(now)
+            metrics.WRITE_BACKLOG.set(backlog)
+            if self._limit > 0 and max(self._lag, backlog) > self._limit:
                 self._over_until = now + self._limit
             self._due = now + self._interval

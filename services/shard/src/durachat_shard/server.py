@@ -35,7 +35,7 @@ from durachat_shard import metrics
 from durachat_shard.api import build_api
 from durachat_shard.health import health_router
 from durachat_shard.hosting import Conversations
-from durachat_shard.overload import LoopLag
+from durachat_shard.overload import Overload
 from durachat_shard.usage import TokenMeter
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ async def serve(settings: ShardSettings) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
     host, port = sock.getsockname()[:2]
-    load = LoopLag(settings.max_loop_lag)
+    load = Overload(settings.max_loop_lag)
     api = build_api(
         conversations,
         settings.shard_id,

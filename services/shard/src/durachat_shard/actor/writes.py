@@ -12,6 +12,7 @@ recording span, the write is a `chat.write` span, its child (docs/observability.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
@@ -23,8 +24,41 @@ from durachat_shard.metrics import WRITE_CHAIN_LAG
 from durachat_shard.tracing import TRACER
 
 TxT = TypeVar("TxT")
+
 TxT_co = TypeVar("TxT_co", covariant=True)
 T = TypeVar("T")
+
+
+class Backlog:
+    """The writes of a process's write chains that are queued and not yet done, oldest
+    first: how far behind the database the shard's memory is (`overload`)."""
+
+    def __init__(self) -> None:
+        self._queued: collections.OrderedDict[int, float] = collections.OrderedDict()
+        self._serial = 0
+
+    def add(self, queued: float) -> int:
+        """Count a write queued at `queued` (monotonic); returns its handle for `done`."""
+        self._serial += 1
+        self._queued[self._serial] = queued
+        return self._serial
+
+    def done(self, handle: int) -> None:
+        """The write is committed, failed or cancelled."""
+        self._queued.pop(handle, None)
+
+    def __len__(self) -> int:
+        return len(self._queued)
+
+    def age(self, now: float) -> float:
+        """Seconds the oldest write still queued has waited (0 with none)."""
+        for queued in self._queued.values():
+            return max(0.0, now - queued)
+        return 0.0
+
+
+BACKLOG = Backlog()
+"""The process's writes in flight. Process-wide like the metrics: a shard is one process."""
 
 
 class TransactionRunner(Protocol[TxT_co]):
@@ -65,6 +99,8 @@ class WriteChain(Generic[TxT]):
         queued = time.monotonic()
         traced = trace.get_current_span().is_recording()
 
+        pending = BACKLOG.add(queued)
+
         async def run() -> None:
             if previous is not None:
                 await previous
@@ -77,6 +113,8 @@ class WriteChain(Generic[TxT]):
             WRITE_CHAIN_LAG.observe(time.monotonic() - queued)
 
         task: asyncio.Future[None] = asyncio.ensure_future(run())
+        # However it ends (a task cancelled before its first step runs no `finally`).
+        task.add_done_callback(lambda _: BACKLOG.done(pending))
         task.add_done_callback(self._after)
         self._last = task
         return task

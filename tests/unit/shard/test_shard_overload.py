@@ -1,0 +1,111 @@
+"""`Overload`: a shard whose event loop runs late, or whose writes queue up, is overloaded until
+it has been on time for a while. The loop is blocked for real (`time.sleep` on it: the blocked
+loop is what is tested); the writes are real write chains whose transactions are held."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import pytest
+
+from durachat_shard.actor.writes import BACKLOG, Backlog, WriteChain
+from durachat_shard.overload import Overload
+from support.waiting import eventually
+
+pytestmark = pytest.mark.timeout(10)
+
+T = TypeVar("T")
+
+
+async def test_a_blocked_loop_is_overloaded_until_it_has_been_on_time_for_the_limit() -> None:
+    load = Overload(0.2, interval=0.02, backlog=Backlog())
+    load.start()
+    try:
+
+        async def on_time() -> bool:
+            return not load.overloaded
+
+        await eventually(on_time)
+        time.sleep(0.4)  # noqa: ASYNC251 - blocks the loop on purpose: what is measured
+        # Nothing has run since: the overdue measurement counts.
+        assert load.lag >= 0.35
+        assert load.overloaded
+        began = time.monotonic()
+        await eventually(on_time, timeout=5)
+        # Not the moment one measurement came in under the limit: `limit` seconds after.
+        assert time.monotonic() - began >= 0.15
+    finally:
+        await load.stop()
+
+
+async def test_without_a_limit_nothing_is_refused() -> None:
+    load = Overload(0, interval=0.02)
+    load.start()
+    try:
+        time.sleep(0.2)  # noqa: ASYNC251 - blocks the loop on purpose
+        assert load.lag >= 0.15
+        assert not load.overloaded
+    finally:
+        await load.stop()
+
+
+async def test_a_stopped_monitor_reports_no_lag() -> None:
+    load = Overload(0.1)
+    assert load.lag == 0.0 and not load.overloaded
+
+
+async def test_writes_waiting_too_long_overload_the_shard_until_they_are_done() -> None:
+    backlog = Backlog()
+    load = Overload(0.1, interval=0.02, backlog=backlog)
+    load.start()
+    try:
+        handle = backlog.add(time.monotonic())
+
+        async def behind() -> bool:
+            return load.overloaded
+
+        await eventually(behind)
+        assert load.write_lag > 0.1 and load.loop_lag < load.write_lag
+        backlog.done(handle)
+
+        async def on_time() -> bool:
+            return not load.overloaded
+
+        await eventually(on_time)
+        assert load.write_lag == 0.0
+    finally:
+        await load.stop()
+
+
+async def test_a_queued_write_is_in_the_backlog_until_it_is_committed() -> None:
+    release = asyncio.Event()
+
+    async def held(work: Callable[[object], Awaitable[T]]) -> T:
+        await release.wait()
+        return await work(None)
+
+    chain: WriteChain[object] = WriteChain(held, on_failure=lambda exc: None)
+    before = len(BACKLOG)
+    queued = chain.behind(lambda tx: asyncio.sleep(0))
+    assert len(BACKLOG) == before + 1
+    release.set()
+    await queued
+    assert len(BACKLOG) == before
+
+
+async def test_a_write_cancelled_before_it_ran_leaves_the_backlog() -> None:
+    before = len(BACKLOG)
+
+    async def never(work: Callable[[object], Awaitable[T]]) -> T:
+        await asyncio.Event().wait()
+        return await work(None)
+
+    chain: WriteChain[object] = WriteChain(never, on_failure=lambda exc: None)
+    queued = chain.behind(lambda tx: asyncio.sleep(0))
+    queued.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    assert len(BACKLOG) == before
