@@ -146,9 +146,14 @@ class ShardSettings(CommonSettings, ClusterTiming):
     """Seconds an idle conversation stays in memory before it is evicted."""
 
     max_loop_lag: float = Field(default=1.0, ge=0)
-    """Seconds the shard's event loop may run behind before it refuses new turns with
-    `overloaded` (0: never refuse). Keep it under the lease TTL: a loop later than that loses
-    its conversations' leases."""
+    """Seconds the shard's event loop may run behind, two measurements in a row, before it
+    refuses new turns with `overloaded` (0: never for this reason). Keep it under the lease
+    TTL: a loop later than that loses its conversations' leases."""
+
+    max_write_backlog: float = Field(default=5.0, ge=0)
+    """Seconds the shard's oldest queued write may wait before it refuses new turns with
+    `overloaded` (0: never for this reason). Keep it under the gateways' forward timeout: a
+    chat request is answered once its turn is stored."""
 
     log_maxlen: int = 10_000
     """Approximate maximum entries kept in a conversation's event log."""

@@ -34,23 +34,32 @@ INTERVAL: Final = 0.1
 class Overload:
     """Measures how far behind the shard is, and says when that is too far.
 
-    `limit` is the lag (of the loop, or of the oldest queued write) past which new turns are
-    refused (0: never); once over it the shard keeps refusing until it has been within it for
-    `limit` seconds, so it does not accept a burst of turns the moment one measurement comes in
-    under it.
+    New turns are refused while the loop's lag stays over `loop_limit` for two measurements in
+    a row (a burst of requests arriving together makes one late tick, which the loop then
+    catches up: that is not overload), or while the oldest queued write has waited longer than
+    `write_limit`. A limit of 0 turns that signal off.
     """
 
     def __init__(
-        self, limit: float, *, interval: float = INTERVAL, backlog: Backlog = BACKLOG
+        self,
+        loop_limit: float,
+        write_limit: float,
+        *,
+        interval: float = INTERVAL,
+        backlog: Backlog = BACKLOG,
     ) -> None:
-        self._limit = limit
+        self._loop_limit = loop_limit
+        self._write_limit = write_limit
         self._interval = interval
         self._backlog = backlog
         self._due = 0.0
         self._lag = 0.0
-        self._over_until = 0.0
+        self._was_late = False
+        """The measurement before the last one was over `loop_limit` too."""
         self._shedding = False
         self._task: asyncio.Task[None] | None = None
+        self.measurements = 0
+        """How many times the loop's lag has been measured."""
 
     def start(self) -> None:
         """Start measuring on the running loop."""
@@ -80,19 +89,9 @@ class Overload:
         return self._backlog.age(time.monotonic())
 
     @property
-    def lag(self) -> float:
-        """How far behind the shard is: the larger of the two."""
-        return max(self.loop_lag, self.write_lag)
-
-    @property
     def overloaded(self) -> bool:
         """Whether new turns should be refused now."""
-        if self._limit <= 0:
-            return False
-        now = time.monotonic()
-        if self.lag > self._limit:
-            self._over_until = now + self._limit
-        shedding = now < self._over_until
+        shedding = self._loop_behind() or self._writes_behind()
         if shedding != self._shedding:
             self._shedding = shedding
             if shedding:
@@ -105,14 +104,24 @@ class Overload:
                 log.info("back on time: accepting new turns")
         return shedding
 
+    def _loop_behind(self) -> bool:
+        if self._loop_limit <= 0 or self._task is None:
+            return False
+        overdue = time.monotonic() - self._due
+        last = self._lag > self._loop_limit
+        # The last two measurements, the one under way (overdue) counting as the latest.
+        return (last and self._was_late) or (overdue > self._loop_limit and last)
+
+    def _writes_behind(self) -> bool:
+        return self._write_limit > 0 and self.write_lag > self._write_limit
+
     async def _measure(self) -> None:
         while True:
             await asyncio.sleep(max(0.0, self._due - time.monotonic()))
             now = time.monotonic()
+            self._was_late = self._lag > self._loop_limit
             self._lag = now - self._due
             metrics.LOOP_LAG.observe(self._lag)
-            backlog = self._backlog.age(now)
-            metrics.WRITE_BACKLOG.set(backlog)
-            if self._limit > 0 and max(self._lag, backlog) > self._limit:
-                self._over_until = now + self._limit
+            metrics.WRITE_BACKLOG.set(self._backlog.age(now))
             self._due = now + self._interval
+            self.measurements += 1
