@@ -55,7 +55,7 @@ class Overload:
         self._due = 0.0
         self._lag = 0.0
         self._was_late = False
-        """The measurement before the last one was over `loop_limit` too."""
+        """Whether the measurement before the last one was over `loop_limit`."""
         self._shedding = False
         self._task: asyncio.Task[None] | None = None
         self.measurements = 0
@@ -107,10 +107,9 @@ class Overload:
     def _loop_behind(self) -> bool:
         if self._loop_limit <= 0 or self._task is None:
             return False
-        overdue = time.monotonic() - self._due
-        last = self._lag > self._loop_limit
-        # The last two measurements, the one under way (overdue) counting as the latest.
-        return (last and self._was_late) or (overdue > self._loop_limit and last)
+        # Two late measurements in a row; the one under way counts once it is overdue enough.
+        overdue = time.monotonic() - self._due > self._loop_limit
+        return self._lag > self._loop_limit and (self._was_late or overdue)
 
     def _writes_behind(self) -> bool:
         return self._write_limit > 0 and self.write_lag > self._write_limit
