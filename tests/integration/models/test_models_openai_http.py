@@ -22,8 +22,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from durachat.models import ModelError, stream_ui_chunks, to_chat_messages
-from durachat.models._litellm import litellm
 from durachat.types import UIChunk
+from support.litellm_calls import count_builds
 
 # litellm builds some pydantic schemas lazily on its first call; pydantic then warns about
 # `ReadOnly` TypedDict items (litellm's own ignore filter does not survive pytest's reset).
@@ -374,14 +374,7 @@ async def test_the_rest_after_the_finish_is_read_without_litellm_rebuilding_the_
     """The usage chunk after the finish reason is read (the HTTP response to its end), but
     litellm's end-of-stream rebuild of the whole reply does not run (docs/benchmarks.md, "The
     model call")."""
-    builds: list[int] = []
-    real = litellm.stream_chunk_builder
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        builds.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(litellm, "stream_chunk_builder", spy)
+    builds = count_builds(monkeypatch)
     chunks = [c async for c in run(fake_openai, "usage")]
     assert [c["delta"] for c in chunks if c["type"] == "text-delta"] == ["Hi"]
     assert chunks[-1] == {"type": "finish", "finishReason": "stop"}

@@ -12,6 +12,7 @@ from litellm.integrations.custom_logger import CustomLogger
 from durachat.models import SCRIPTED_MODEL, ModelError, stream_ui_chunks
 from durachat.models._litellm import CustomLLM, litellm, register_provider, to_model_error
 from durachat.types import UIChunk
+from support.litellm_calls import count_builds
 
 # litellm builds some pydantic schemas lazily on its first call; pydantic then warns about
 # `ReadOnly` TypedDict items (litellm's own ignore filter does not survive pytest's reset).
@@ -319,19 +320,6 @@ class SuccessLog(CustomLogger):
         self.logged.set()
 
 
-def count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts litellm's end-of-stream rebuilds of the whole response."""
-    calls: list[int] = []
-    real = litellm.stream_chunk_builder
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(litellm, "stream_chunk_builder", spy)
-    return calls
-
-
 async def test_litellm_bookkeeping_is_skipped_once_the_provider_is_read_to_its_end(
     probe: Probe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -353,9 +341,14 @@ async def test_litellm_bookkeeping_runs_when_a_litellm_callback_listens(
     builds = count_builds(monkeypatch)
     listener = SuccessLog()
     monkeypatch.setattr(litellm, "callbacks", [listener])
-    for _ in range(probe.count):
-        probe.gate.release()
-    chunks = await collect(stream_ui_chunks("durachat-probe/x", user("hi")))
-    assert text_of(chunks) == ["d0 ", "d1 ", "d2 "]
-    await wait_for(listener.logged)
-    assert builds
+    try:
+        for _ in range(probe.count):
+            probe.gate.release()
+        chunks = await collect(stream_ui_chunks("durachat-probe/x", user("hi")))
+        assert text_of(chunks) == ["d0 ", "d1 ", "d2 "]
+        await wait_for(listener.logged)
+        assert builds
+    finally:
+        # litellm copies a call's callbacks into its other lists; the next tests listen to none.
+        litellm.logging_callback_manager.remove_callback_from_all_lists(listener)
+    assert not litellm.logging_callback_manager.get_all_callbacks()

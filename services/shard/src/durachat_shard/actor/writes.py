@@ -24,7 +24,6 @@ from durachat_shard.metrics import WRITE_CHAIN_LAG
 from durachat_shard.tracing import TRACER
 
 TxT = TypeVar("TxT")
-
 TxT_co = TypeVar("TxT_co", covariant=True)
 T = TypeVar("T")
 
