@@ -276,6 +276,7 @@ class Conversations:
         if agent_cls is None:
             raise UnknownAgentError(key.agent)
         keys = ConversationKeys(self._prefix, routing_key(key))
+        asked = time.monotonic()
         try:
             grant = await self._leases.acquire(keys)
         except LeaseHeldError as exc:
@@ -299,14 +300,17 @@ class Conversations:
             # first chunk of a new conversation (docs/benchmarks.md).
             empty = conversation.created and branch == MAIN_BRANCH
             stored = [] if empty else await self._load(conversation.id, ref)
-            # Activation can outlast the lease when the database is slow; confirm it is still
-            # held (renewing it), and if it had to be taken again, claim the new epoch, re-read.
-            again = await self._leases.acquire(keys)
-            if again.fresh:
-                metrics.LEASES_TAKEN.inc()
-                epoch = await self._claim(keys, conversation.id, again.epoch, fresh=True)
-                empty = False
-                stored = await self._load(conversation.id, ref)
+            # Activation can outlast the lease when the database is slow; unless it took less
+            # than a renewal interval (then the lease lives at least as long as a renewed one
+            # would, until the next renewal of held leases), confirm it is still held
+            # (renewing it), and if it had to be taken again, claim the new epoch, re-read.
+            if time.monotonic() - asked >= self._renew_interval:
+                again = await self._leases.acquire(keys)
+                if again.fresh:
+                    metrics.LEASES_TAKEN.inc()
+                    epoch = await self._claim(keys, conversation.id, again.epoch, fresh=True)
+                    empty = False
+                    stored = await self._load(conversation.id, ref)
         except UnknownBranchError:
             await self._release_lease_unless_held(key, keys)
             raise
@@ -444,10 +448,14 @@ class Conversations:
             log.warning("could not release the lease of %s", held.key, exc_info=True)
         log.info("released %s/%s/%s", held.key.tenant, held.key.agent, held.key.name)
 
+    @property
+    def _renew_interval(self) -> float:
+        """Seconds between two renewals of the held leases."""
+        return max(self._lease_ttl / 3, 0.05)
+
     async def _maintain(self) -> None:
-        interval = max(self._lease_ttl / 3, 0.05)
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self._renew_interval)
             try:
                 await self._maintain_once()
             except Exception:

@@ -1,0 +1,111 @@
+"""Activating a conversation takes its lease first and then reads and writes the database; a
+database slower than the lease's life must not leave the conversation running on a lapsed
+lease. An activation that outlasted a renewal interval confirms its lease and, when the lease
+had lapsed, takes it again under a new epoch (docs/recovery.md#what-is-guaranteed); a quick
+one keeps the epoch it was granted."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import redis.asyncio as redis
+
+from durachat_infra.keys import ConversationKeys, conversation_tag
+from durachat_infra.local.cluster import LocalCluster
+from support.cluster import running_cluster
+from support.faults import sql_rows, sqlite_path, sqlite_write_lock
+from support.waiting import eventually
+from support.wsclient import WsClient, chat_request, user_message
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+
+AGENT = "chat-agent"
+LEASE_TTL = 0.6
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[LocalCluster]:
+    with running_cluster(
+        tmp_path_factory.mktemp("slow-activation"),
+        redis_url,
+        gateways=1,
+        shards=1,
+        env={"DURACHAT_LEASE_TTL": str(LEASE_TTL)},
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[redis.Redis]:
+    connection = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield connection
+    await connection.aclose()
+
+
+def _keys(cluster: LocalCluster, name: str) -> ConversationKeys:
+    return ConversationKeys(
+        cluster.env["DURACHAT_KEY_PREFIX"], conversation_tag("default", AGENT, name)
+    )
+
+
+async def _stored_epoch(cluster: LocalCluster, name: str) -> int:
+    assert cluster.database_url is not None
+    rows = await sql_rows(
+        cluster.database_url,
+        "SELECT epoch FROM conversations WHERE tenant_id = 'default' AND agent = :agent "
+        "AND name = :name",
+        agent=AGENT,
+        name=name,
+    )
+    assert len(rows) == 1, rows
+    return int(rows[0].epoch)
+
+
+async def test_an_activation_that_outlasts_its_lease_takes_it_again_under_a_new_epoch(
+    cluster: LocalCluster, client: redis.Redis
+) -> None:
+    assert cluster.database_url is not None
+    name = f"slow-{time.time_ns()}"
+    keys = _keys(cluster, name)
+    chat = await WsClient.connect(cluster.urls[0], AGENT, name)
+    try:
+        request = chat_request([user_message("hello")])
+        async with sqlite_write_lock(sqlite_path(cluster.database_url)):
+            await chat.send(request)
+
+            # The shard took the lease, then waited for the database while the lease lapsed.
+            async def leased() -> bool:
+                return bool(await client.exists(keys.lease))
+
+            async def lapsed() -> bool:
+                return not await client.exists(keys.lease)
+
+            await eventually(leased)
+            await eventually(lapsed, timeout=10)
+
+        done = await chat.wait_done(request["id"])
+        assert "outcome" not in done, done
+        assert await client.get(keys.epoch) == "2"
+        assert await _stored_epoch(cluster, name) == 2
+        assert await client.get(keys.lease) is not None
+    finally:
+        await chat.close()
+
+
+async def test_a_quick_activation_keeps_the_epoch_it_was_granted(
+    cluster: LocalCluster, client: redis.Redis
+) -> None:
+    name = f"quick-{time.time_ns()}"
+    keys = _keys(cluster, name)
+    chat = await WsClient.connect(cluster.urls[0], AGENT, name)
+    try:
+        request = chat_request([user_message("hello")])
+        await chat.send(request)
+        done = await chat.wait_done(request["id"])
+        assert "outcome" not in done, done
+        assert await client.get(keys.epoch) == "1"
+        assert await _stored_epoch(cluster, name) == 1
+    finally:
+        await chat.close()
