@@ -114,6 +114,7 @@ def test_public_api() -> None:
         "register_scripted_model",
         "stream_ui_chunks",
         "to_chat_messages",
+        "warm_up",
     ]
     for name in durachat.models.__all__:
         assert getattr(durachat.models, name) is not None

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from durachat.agent import AgentRegistry
+from durachat.models import warm_up
 from durachat_infra.cluster import (
     ClusterView,
     Leases,
@@ -51,6 +52,17 @@ class _Server(uvicorn.Server):
 
 async def _false() -> bool:
     return False
+
+
+async def _warm_up_models(configured: str | None, agents: AgentRegistry) -> None:
+    """Warm up the model layer for every model the shard's agents call."""
+    classes = [agents.get(name) for name in agents.names()]
+    models = {configured} if configured else {c.model for c in classes if c is not None}
+    for model in sorted(models):
+        started = time.monotonic()
+        if await warm_up(model):
+            took = 1000 * (time.monotonic() - started)
+            log.info("model layer ready for %s in %.0f ms", model, took)
 
 
 async def serve(settings: ShardSettings) -> None:
@@ -99,6 +111,9 @@ async def serve(settings: ShardSettings) -> None:
         internal_auth=cluster_auth(settings.cluster_secret),
     )
     fenced.append(conversations)
+    # Before the heap is settled and before the shard joins: its first turns do not wait for
+    # litellm's start-up.
+    await _warm_up_models(settings.model, agents)
     # Read at each scrape, on whichever listener serves it.
     metrics.ACTIVE_CONVERSATIONS.set_function(lambda: len(conversations))
     settle_heap()

@@ -4,7 +4,7 @@ Importing this package configures litellm to stay offline (no cost-map download,
 tokenizers, no `.env` loading); see `durachat.models._litellm`.
 """
 
-from durachat.models.adapter import stream_ui_chunks, to_chat_messages
+from durachat.models.adapter import stream_ui_chunks, to_chat_messages, warm_up
 from durachat.models.errors import ModelError
 from durachat.models.scripted import SCRIPTED_MODEL, register_scripted_model
 
@@ -14,4 +14,5 @@ __all__ = [
     "register_scripted_model",
     "stream_ui_chunks",
     "to_chat_messages",
+    "warm_up",
 ]

@@ -51,6 +51,7 @@ __all__ = [
     "reports_usage",
     "to_model_error",
     "unread_rest",
+    "warm_up",
 ]
 
 
@@ -77,6 +78,30 @@ async def open_stream(
         model=model, messages=messages, stream=True, **kwargs
     )
     return stream
+
+
+async def warm_up(model: str) -> None:
+    """Run one call for `model` through litellm's whole path without reaching the provider
+    (`mock_response`) and without any litellm callback seeing it (`no-log`).
+
+    litellm loads its tokenizer and imports much of itself on its first call: ~0.2-0.3 s of CPU
+    that holds the GIL, so without this a process's first real calls wait for it
+    (docs/benchmarks.md, "A shard's first model call").
+
+    Raises:
+        Exception: whatever litellm raises for a model it cannot resolve.
+    """
+    stream = await open_stream(
+        model,
+        [{"role": "user", "content": "warm-up"}],
+        mock_response="ok",
+        **{"no-log": True},
+    )
+    while True:
+        try:
+            await stream.__anext__()
+        except StopAsyncIteration:
+            return
 
 
 def unread_rest(stream: CompletionStream) -> AsyncIterator[object] | None:

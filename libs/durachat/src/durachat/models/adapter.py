@@ -15,13 +15,14 @@ from durachat.models._litellm import (
     to_model_error,
     unread_rest,
 )
+from durachat.models._litellm import warm_up as _warm_up
 from durachat.models._ui_chunks import UIChunkConverter
 from durachat.models.scripted import PROVIDER as _SCRIPTED_PROVIDER
 from durachat.models.scripted import register_scripted_model
 from durachat.observability.genai import ModelCallSpan
 from durachat.types import JSONDict, UIChunk
 
-__all__ = ["stream_ui_chunks", "to_chat_messages"]
+__all__ = ["stream_ui_chunks", "to_chat_messages", "warm_up"]
 
 _T = TypeVar("_T")
 
@@ -95,6 +96,21 @@ async def _drain(rest: AsyncIterator[object]) -> None:
             pass
     except Exception:
         log.debug("the model's stream failed after its finish reason", exc_info=True)
+
+
+async def warm_up(model: str) -> bool:
+    """Prepare the model layer for calls to `model`, so the first real ones do not pay
+    litellm's start-up; no provider is called and no litellm callback sees it. Returns whether
+    it worked: a model litellm cannot resolve is only logged here (its real calls fail as they
+    would have)."""
+    if model.startswith(_SCRIPTED_PROVIDER + "/"):
+        register_scripted_model()
+    try:
+        await _warm_up(model)
+    except Exception as exc:
+        log.warning("could not warm up the model layer for %s: %s", model, exc)
+        return False
+    return True
 
 
 async def stream_ui_chunks(
