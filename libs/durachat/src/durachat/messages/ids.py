@@ -17,8 +17,7 @@ def new_assistant_id() -> str:
         ``assistant_<epoch milliseconds>_<9 random base36 characters>``, the shape the
         reference server stamps on a new turn's ``start`` chunk.
     """
-    suffix = "".join(secrets.choice(_BASE36) for _ in range(9))
-    return f"assistant_{time.time_ns() // 1_000_000}_{suffix}"
+    return f"assistant_{time.time_ns() // 1_000_000}_{_random_string(_BASE36, 9)}"
 
 
 def new_request_id() -> str:
@@ -28,4 +27,16 @@ def new_request_id() -> str:
         8 random characters from the nanoid URL alphabet (``A-Za-z0-9_-``), like the ids
         the client transport puts on ``cf_agent_use_chat_request``.
     """
-    return "".join(secrets.choice(_NANOID_ALPHABET) for _ in range(8))
+    return _random_string(_NANOID_ALPHABET, 8)
+
+
+def _random_string(alphabet: str, length: int) -> str:
+    """`length` characters drawn uniformly from `alphabet`, from one draw of the system's
+    random source (a draw per character would be a system call per character)."""
+    size = len(alphabet)
+    number = secrets.randbelow(size**length)
+    out = []
+    for _ in range(length):
+        number, digit = divmod(number, size)
+        out.append(alphabet[digit])
+    return "".join(out)
