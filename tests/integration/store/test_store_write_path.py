@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
+from sqlalchemy import event
 
 from durachat_infra.store import (
     ConversationKey,
@@ -19,6 +21,7 @@ from durachat_infra.store import (
 )
 from durachat_infra.store.port import StorePort, TransactionPort
 from support.databases import SQLiteDatabases
+from support.waiting import eventually
 
 
 @pytest.fixture
@@ -164,3 +167,40 @@ async def test_a_write_gives_up_when_the_outside_lock_outlasts_the_busy_timeout(
             await store.run_transaction(conversation_id, 1, add)
         assert time.monotonic() - started < 15
         outside.execute("ROLLBACK")
+
+
+async def test_a_lookup_sqlite_refuses_on_the_loop_is_made_again_on_a_reader_thread(
+    sqlite_store: tuple[Store, str],
+) -> None:
+    store, url = sqlite_store
+    key = ConversationKey("default", "a", "busy")
+    created = await store.get_or_create_conversation(key)
+    # SQLite's exclusive locking mode needs every other connection to the file closed.
+    await store.close()
+    outside = sqlite3.connect(
+        url.removeprefix("sqlite:///"), isolation_level=None, check_same_thread=False
+    )
+    lookups = Store.from_url(url)
+    try:
+        # A connection in exclusive locking mode keeps the lock it wrote under and refuses
+        # readers too: the lookup on the loop's thread fails at once (no busy timeout there).
+        outside.execute("PRAGMA locking_mode = EXCLUSIVE")
+        outside.execute("BEGIN IMMEDIATE")
+        outside.execute("UPDATE conversations SET name = name WHERE id = ?", (created.id,))
+        outside.execute("COMMIT")
+        on_reader_thread = threading.Event()
+        event.listen(lookups.engine.sync_engine, "do_connect", lambda *_: on_reader_thread.set())
+        lookup = asyncio.ensure_future(lookups.find_conversation(key))
+
+        async def waiting_on_a_reader_thread() -> bool:
+            assert not lookup.done() or lookup.exception() is None, lookup.exception()
+            return on_reader_thread.is_set()
+
+        await eventually(waiting_on_a_reader_thread)
+    finally:
+        outside.close()
+    try:
+        found = await asyncio.wait_for(lookup, 10)
+        assert found is not None and found.id == created.id
+    finally:
+        await lookups.close()

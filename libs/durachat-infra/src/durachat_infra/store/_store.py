@@ -120,8 +120,7 @@ class Store(TurnReads, TenantStore, WebhookStore):
 
     async def find_conversation(self, key: ConversationKey) -> Conversation | None:
         """Return the conversation `key`, or `None` if it does not exist."""
-        async with self._read("find conversation") as conn:
-            return await _find(conn, key)
+        return await self._run_lookup("find conversation", lambda conn: _find(conn, key))
 
     async def claim(self, conversation_id: int, epoch: int, *, fresh: bool = False) -> None:
         """Raise the conversation's fencing epoch to `epoch` for a new owner.

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self, TypeVar
 
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from durachat_infra.store._engine import (
@@ -20,6 +21,7 @@ from durachat_infra.store._engine import (
     translate_errors,
 )
 from durachat_infra.store._gate import WriteGate
+from durachat_infra.store.errors import DatabaseUnavailableError
 
 T = TypeVar("T")
 
@@ -94,6 +96,24 @@ class StoreCore:
         async with connect(self._engine, action) as conn:
             with translate_errors(action):
                 yield conn
+
+    async def _run_lookup(self, action: str, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """`_read` for one small indexed read on a hot path. On SQLite it runs on the event
+        loop's thread, as writes do (`_sqlite_inloop`): the read takes less time than a reader
+        thread's hops (0.2 against 0.7 ms for a conversation's lookup, docs/benchmarks.md). WAL
+        lets it run beside a writer; should SQLite still answer busy, the read is made again on
+        a reader thread, which waits for the busy timeout."""
+        if self._writer_engine is not self._engine:
+            try:
+                async with connect(self._writer_engine, action) as conn:
+                    return await work(conn)
+            except (OperationalError, DatabaseUnavailableError) as exc:
+                # Busy when connecting (`DatabaseUnavailableError`) or when reading.
+                if "locked" not in str(exc).lower():
+                    with translate_errors(action):
+                        raise
+        async with self._read(action) as conn:
+            return await work(conn)
 
     @contextlib.asynccontextmanager
     async def _write(self, action: str) -> AsyncIterator[AsyncConnection]:
