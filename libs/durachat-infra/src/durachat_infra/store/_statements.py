@@ -1,13 +1,14 @@
-"""The statements of a turn's writes, built once.
+"""The statements of a turn's writes and of a conversation's activation, built once.
 
 Building a SQLAlchemy statement (coercing each clause, generating its cache key) costs two to
 three times what executing it on SQLite does: ~270 µs against ~80 µs for the fence's UPDATE when
 measured on a 2-core machine. A turn's two transactions run about a dozen statements, on the
 hot path and, on SQLite, while the write lock is held (docs/benchmarks.md, "The write path").
-The statements every turn runs are therefore built here, once, with bound parameters, and
-executed with a dict of values (`params`); the rest of the store builds its statements where it
-uses them. Parameter names carry a `b_` prefix: SQLAlchemy reserves column names for the values
-of INSERT and UPDATE.
+The statements every turn runs, and those that find or create a conversation on its way to its
+first chunk, are therefore built here, once, with bound parameters, and executed with a dict of
+values (`params`); the rest of the store builds its statements where it uses them. Parameter
+names carry a `b_` prefix: SQLAlchemy reserves column names for the values of INSERT and
+UPDATE.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from sqlalchemy import Insert, bindparam, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 
-from durachat_infra.store.models import Branch, Conversation, Message, Turn
+from durachat_infra.store.models import Branch, Conversation, Message, Tenant, Turn
 
 
 def params(**values: Any) -> dict[str, Any]:
@@ -101,7 +102,42 @@ SETTLE_TURN: Final = (
 )
 """The common end of a turn: its status and its reply (`update_turn` with just those)."""
 
+FIND_CONVERSATION: Final = select(Conversation.id, Conversation.epoch).where(
+    Conversation.tenant_id == bindparam("b_tenant"),
+    Conversation.agent == bindparam("b_agent"),
+    Conversation.name == bindparam("b_name"),
+)
+"""The id and epoch of the conversation `(tenant, agent, name)`."""
+
+TENANT_EXISTS: Final = select(Tenant.id).where(Tenant.id == bindparam("b_tenant"))
+
+INSERT_BRANCH: Final = insert(Branch).values(
+    conversation_id=bindparam("b_cid"), name=bindparam("b_branch")
+)
+"""A conversation's branch named `branch`, at no message yet."""
+
 _BEGIN_TURN: dict[str, Insert] = {}
+_INSERT_CONVERSATION: dict[str, Insert] = {}
+
+
+def insert_conversation(dialect: Dialect) -> Insert:
+    """`INSERT … ON CONFLICT DO NOTHING RETURNING id` of a conversation row, for `dialect`."""
+    built = _INSERT_CONVERSATION.get(dialect.name)
+    if built is None:
+        module = postgresql if dialect.name == "postgresql" else sqlite
+        built = (
+            module.insert(Conversation)
+            .values(
+                tenant_id=bindparam("b_tenant"),
+                agent=bindparam("b_agent"),
+                name=bindparam("b_name"),
+                epoch=bindparam("b_epoch"),
+            )
+            .on_conflict_do_nothing(index_elements=["tenant_id", "agent", "name"])
+            .returning(Conversation.id)
+        )
+        _INSERT_CONVERSATION[dialect.name] = built
+    return built
 
 
 def begin_turn(dialect: Dialect) -> Insert:

@@ -29,7 +29,6 @@ from durachat_infra.store import _branches
 from durachat_infra.store._engine import (
     begin_when_free,
     connect,
-    insert_new,
     translate_errors,
 )
 from durachat_infra.store._records import (
@@ -40,6 +39,13 @@ from durachat_infra.store._records import (
     StoredMessage,
 )
 from durachat_infra.store._safe_json import stored_message
+from durachat_infra.store._statements import (
+    FIND_CONVERSATION,
+    INSERT_BRANCH,
+    TENANT_EXISTS,
+    insert_conversation,
+    params,
+)
 from durachat_infra.store._store_turns import TurnReads
 from durachat_infra.store._tenants import TenantStore
 from durachat_infra.store._transaction import FencedTransaction, fence
@@ -52,7 +58,7 @@ from durachat_infra.store.errors import (
     UnknownConversationError,
     UnknownTenantError,
 )
-from durachat_infra.store.models import Branch, Message, Tenant
+from durachat_infra.store.models import Branch, Message
 from durachat_infra.store.models import Conversation as ConversationRow
 
 logger = logging.getLogger(__name__)
@@ -113,7 +119,7 @@ class Store(TurnReads, TenantStore, WebhookStore):
                 if found is None:
                     raise StoreError(f"conversation {key} vanished while being created")
                 return found
-            await conn.execute(insert(Branch).values(conversation_id=created, name=MAIN_BRANCH))
+            await conn.execute(INSERT_BRANCH, params(cid=created, branch=MAIN_BRANCH))
             return Conversation(id=created, key=key, epoch=epoch, created=True)
 
         return await self._run_write("get or create conversation", create)
@@ -351,18 +357,11 @@ async def _insert_conversation(
     Raises:
         UnknownTenantError: `key.tenant` does not exist.
     """
-    if await conn.scalar(select(Tenant.id).where(Tenant.id == key.tenant)) is None:
+    if await conn.scalar(TENANT_EXISTS, params(tenant=key.tenant)) is None:
         raise UnknownTenantError(key.tenant)
     created: int | None = await conn.scalar(
-        insert_new(
-            conn,
-            ConversationRow,
-            ["tenant_id", "agent", "name"],
-            tenant_id=key.tenant,
-            agent=key.agent,
-            name=key.name,
-            epoch=epoch,
-        ).returning(ConversationRow.id)
+        insert_conversation(conn.dialect),
+        params(tenant=key.tenant, agent=key.agent, name=key.name, epoch=epoch),
     )
     return created
 
@@ -370,11 +369,7 @@ async def _insert_conversation(
 async def _find(conn: AsyncConnection, key: ConversationKey) -> Conversation | None:
     row = (
         await conn.execute(
-            select(ConversationRow.id, ConversationRow.epoch).where(
-                ConversationRow.tenant_id == key.tenant,
-                ConversationRow.agent == key.agent,
-                ConversationRow.name == key.name,
-            )
+            FIND_CONVERSATION, params(tenant=key.tenant, agent=key.agent, name=key.name)
         )
     ).first()
     return None if row is None else Conversation(id=row.id, key=key, epoch=row.epoch)
