@@ -116,48 +116,50 @@ INSERT_BRANCH: Final = insert(Branch).values(
 )
 """A conversation's branch named `branch`, at no message yet."""
 
-_BEGIN_TURN: dict[str, Insert] = {}
-_INSERT_CONVERSATION: dict[str, Insert] = {}
+
+def _insert_new_per_dialect(
+    table: Any, unique: list[str], returning: Any, **values: Any
+) -> dict[str, Insert]:
+    """`INSERT … ON CONFLICT (unique) DO NOTHING RETURNING returning` for each database the
+    store runs on, by dialect name."""
+    return {
+        name: module.insert(table)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=unique)
+        .returning(returning)
+        for name, module in (("postgresql", postgresql), ("sqlite", sqlite))
+    }
+
+
+_INSERT_CONVERSATION: Final = _insert_new_per_dialect(
+    Conversation,
+    ["tenant_id", "agent", "name"],
+    Conversation.id,
+    tenant_id=bindparam("b_tenant"),
+    agent=bindparam("b_agent"),
+    name=bindparam("b_name"),
+    epoch=bindparam("b_epoch"),
+)
+
+_BEGIN_TURN: Final = _insert_new_per_dialect(
+    Turn,
+    ["conversation_id", "request_id"],
+    Turn.id,
+    conversation_id=bindparam("b_cid"),
+    request_id=bindparam("b_request_id"),
+    kind=bindparam("b_kind"),
+    status="accepted",
+    owner=bindparam("b_owner"),
+    epoch=bindparam("b_epoch"),
+    request=bindparam("b_request"),
+)
 
 
 def insert_conversation(dialect: Dialect) -> Insert:
     """`INSERT … ON CONFLICT DO NOTHING RETURNING id` of a conversation row, for `dialect`."""
-    built = _INSERT_CONVERSATION.get(dialect.name)
-    if built is None:
-        module = postgresql if dialect.name == "postgresql" else sqlite
-        built = (
-            module.insert(Conversation)
-            .values(
-                tenant_id=bindparam("b_tenant"),
-                agent=bindparam("b_agent"),
-                name=bindparam("b_name"),
-                epoch=bindparam("b_epoch"),
-            )
-            .on_conflict_do_nothing(index_elements=["tenant_id", "agent", "name"])
-            .returning(Conversation.id)
-        )
-        _INSERT_CONVERSATION[dialect.name] = built
-    return built
+    return _INSERT_CONVERSATION[dialect.name]
 
 
 def begin_turn(dialect: Dialect) -> Insert:
     """`INSERT … ON CONFLICT DO NOTHING RETURNING id` of a turn row, for `dialect`."""
-    built = _BEGIN_TURN.get(dialect.name)
-    if built is None:
-        module = postgresql if dialect.name == "postgresql" else sqlite
-        built = (
-            module.insert(Turn)
-            .values(
-                conversation_id=bindparam("b_cid"),
-                request_id=bindparam("b_request_id"),
-                kind=bindparam("b_kind"),
-                status="accepted",
-                owner=bindparam("b_owner"),
-                epoch=bindparam("b_epoch"),
-                request=bindparam("b_request"),
-            )
-            .on_conflict_do_nothing(index_elements=["conversation_id", "request_id"])
-            .returning(Turn.id)
-        )
-        _BEGIN_TURN[dialect.name] = built
-    return built
+    return _BEGIN_TURN[dialect.name]
