@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 from litellm.integrations.custom_logger import CustomLogger
 
-from durachat.models import stream_ui_chunks, warm_up
+from durachat.models import adapter, stream_ui_chunks, warm_up
 from durachat.models._litellm import CustomLLM, litellm, register_provider
 
 pytestmark = pytest.mark.timeout(30)
@@ -98,3 +98,15 @@ async def test_no_litellm_callback_sees_the_warm_up(
 
 async def test_a_model_litellm_cannot_resolve_is_reported_not_raised() -> None:
     assert not await warm_up("no-such-provider/model")
+
+
+async def test_a_warm_up_that_does_not_finish_in_time_is_given_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    never = asyncio.Event()
+
+    async def hangs(model: str) -> None:
+        await never.wait()
+
+    monkeypatch.setattr(adapter, "_warm_up", hangs)
+    assert not await warm_up(f"{PROVIDER}/x", timeout=0.05)

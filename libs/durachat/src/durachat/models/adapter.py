@@ -26,6 +26,9 @@ __all__ = ["stream_ui_chunks", "to_chat_messages", "warm_up"]
 
 _T = TypeVar("_T")
 
+WARM_UP_TIMEOUT = 10.0
+"""Seconds `warm_up` may take before a starting process gives up on it and goes on."""
+
 log = logging.getLogger(__name__)
 
 
@@ -98,15 +101,16 @@ async def _drain(rest: AsyncIterator[object]) -> None:
         log.debug("the model's stream failed after its finish reason", exc_info=True)
 
 
-async def warm_up(model: str) -> bool:
+async def warm_up(model: str, *, timeout: float = WARM_UP_TIMEOUT) -> bool:
     """Prepare the model layer for calls to `model`, so the first real ones do not pay
     litellm's start-up; no provider is called and no litellm callback sees it. Returns whether
-    it worked: a model litellm cannot resolve is only logged here (its real calls fail as they
-    would have)."""
+    it worked: a model litellm cannot resolve, or a warm-up that outlasts `timeout` seconds, is
+    only logged here (its real calls fail as they would have)."""
     if model.startswith(_SCRIPTED_PROVIDER + "/"):
         register_scripted_model()
     try:
-        await _warm_up(model)
+        async with asyncio.timeout(timeout):
+            await _warm_up(model)
     except Exception as exc:
         log.warning("could not warm up the model layer for %s: %s", model, exc)
         return False
