@@ -19,6 +19,7 @@ from sqlalchemy import Insert, bindparam, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 
+from durachat_infra.store._records import OPEN_TURN_STATUSES
 from durachat_infra.store.models import Branch, Conversation, Message, Tenant, Turn
 
 
@@ -110,6 +111,40 @@ FIND_CONVERSATION: Final = select(Conversation.id, Conversation.epoch).where(
 """The id and epoch of the conversation `(tenant, agent, name)`."""
 
 TENANT_EXISTS: Final = select(Tenant.id).where(Tenant.id == bindparam("b_tenant"))
+
+TURN_COLUMNS: Final = (
+    Turn.request_id,
+    Turn.kind,
+    Turn.status,
+    Turn.owner,
+    Turn.epoch,
+    Turn.message_id,
+    Turn.request,
+    Turn.stash,
+    Turn.error,
+    Turn.heartbeat_at,
+    Turn.created_at,
+)
+"""What a `TurnRecord` is read from."""
+
+RECENT_REQUEST_IDS: Final = (
+    select(Turn.request_id)
+    .where(Turn.conversation_id == bindparam("b_cid"))
+    .order_by(Turn.id.desc())
+    .limit(bindparam("b_limit"))
+)
+"""The request ids of the conversation's newest `limit` turns, newest first."""
+
+OPEN_TURNS: Final = (
+    select(*TURN_COLUMNS)
+    .where(Turn.conversation_id == bindparam("b_cid"), Turn.status.in_(OPEN_TURN_STATUSES))
+    .order_by(Turn.id)
+)
+"""The conversation's turns that have not ended, oldest first."""
+
+REQUEST_CONTEXT: Final = select(Conversation.last_body, Conversation.last_client_tools).where(
+    Conversation.id == bindparam("b_cid")
+)
 
 INSERT_BRANCH: Final = insert(Branch).values(
     conversation_id=bindparam("b_cid"), name=bindparam("b_branch")

@@ -17,6 +17,13 @@ from durachat_infra.store._records import (
     TurnRecord,
     TurnStatus,
 )
+from durachat_infra.store._statements import (
+    OPEN_TURNS,
+    RECENT_REQUEST_IDS,
+    REQUEST_CONTEXT,
+    TURN_COLUMNS,
+    params,
+)
 from durachat_infra.store._store_core import StoreCore
 from durachat_infra.store._types import utcnow
 from durachat_infra.store.models import Conversation as ConversationRow
@@ -28,21 +35,20 @@ class TurnReads(StoreCore):
 
     async def recent_request_ids(self, conversation_id: int, *, limit: int = 256) -> list[str]:
         """Request ids of the conversation's newest turns, newest first (for fast dedupe)."""
-        async with self._read("recent turns") as conn:
-            rows = await conn.execute(
-                select(Turn.request_id)
-                .where(Turn.conversation_id == conversation_id)
-                .order_by(Turn.id.desc())
-                .limit(limit)
-            )
+
+        async def read(conn: AsyncConnection) -> list[str]:
+            rows = await conn.execute(RECENT_REQUEST_IDS, params(cid=conversation_id, limit=limit))
             return [str(r[0]) for r in rows]
+
+        # On every activation of a stored conversation (docs/benchmarks.md, "Activation").
+        return await self._run_lookup("recent turns", read)
 
     async def get_turn(self, conversation_id: int, request_id: str) -> TurnRecord | None:
         """Return the turn `request_id` of the conversation, or `None`."""
         async with self._read("get turn") as conn:
             row = (
                 await conn.execute(
-                    select(*_TURN_COLUMNS).where(
+                    select(*TURN_COLUMNS).where(
                         Turn.conversation_id == conversation_id, Turn.request_id == request_id
                     )
                 )
@@ -52,16 +58,12 @@ class TurnReads(StoreCore):
     async def open_turns(self, conversation_id: int) -> list[TurnRecord]:
         """The conversation's turns that have not ended (`accepted` or `running`), oldest
         first: after a new owner claims a conversation, the ones its former owner left."""
-        async with self._read("open turns") as conn:
-            rows = await conn.execute(
-                select(*_TURN_COLUMNS)
-                .where(
-                    Turn.conversation_id == conversation_id,
-                    Turn.status.in_(OPEN_TURN_STATUSES),
-                )
-                .order_by(Turn.id)
-            )
+
+        async def read(conn: AsyncConnection) -> list[TurnRecord]:
+            rows = await conn.execute(OPEN_TURNS, params(cid=conversation_id))
             return [_turn_record(row) for row in rows]
+
+        return await self._run_lookup("open turns", read)
 
     async def all_open_turns(self, *, limit: int = 1000) -> list[OpenTurn]:
         """Open turns of every conversation, oldest first (the orphan scan of the jobs
@@ -69,7 +71,7 @@ class TurnReads(StoreCore):
         async with self._read("all open turns") as conn:
             rows = await conn.execute(
                 select(
-                    *_TURN_COLUMNS,
+                    *TURN_COLUMNS,
                     ConversationRow.id.label("conv_id"),
                     ConversationRow.tenant_id,
                     ConversationRow.agent,
@@ -145,32 +147,14 @@ class TurnReads(StoreCore):
 
         `(None, None)` if nothing was saved (or the conversation does not exist).
         """
-        async with self._read("load request context") as conn:
-            row = (
-                await conn.execute(
-                    select(ConversationRow.last_body, ConversationRow.last_client_tools).where(
-                        ConversationRow.id == conversation_id
-                    )
-                )
-            ).first()
+
+        async def read(conn: AsyncConnection) -> Any:
+            return (await conn.execute(REQUEST_CONTEXT, params(cid=conversation_id))).first()
+
+        row = await self._run_lookup("load request context", read)
         if row is None:
             return None, None
         return row.last_body, row.last_client_tools
-
-
-_TURN_COLUMNS = (
-    Turn.request_id,
-    Turn.kind,
-    Turn.status,
-    Turn.owner,
-    Turn.epoch,
-    Turn.message_id,
-    Turn.request,
-    Turn.stash,
-    Turn.error,
-    Turn.heartbeat_at,
-    Turn.created_at,
-)
 
 
 def _turn_record(row: Row[Any]) -> TurnRecord:
