@@ -10,7 +10,7 @@ export UV_PYTHON := $(PYTHON)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install run run-redis-cluster test test-py test-redis-cluster test-compat lint format bench bench-check bench-auth bench-tracing bench-scale soak chaos fuzz clean chromium playground
+.PHONY: help install run run-redis-cluster test test-py test-redis-cluster test-compat lint format bench bench-check bench-auth bench-tracing bench-scale bench-1000 soak chaos fuzz clean chromium playground
 
 help:  # List the targets
 	@grep -E '^[a-z-]+:.*#' Makefile | sed -E 's/:.*#/\t/'
@@ -124,6 +124,12 @@ SCALE_CONVERSATIONS ?= 200
 SCALE_CLIENT_PROCS ?= 2
 bench-scale: install  # Scale-out curves (1/2/3 shards, 1/2 gateways) of the load phase and a per-core capacity model (SCALE_CONVERSATIONS); writes bench/results/scale-*.json
 	$(BIN)/python -m bench.scale --conversations $(SCALE_CONVERSATIONS) --client-procs $(SCALE_CLIENT_PROCS)
+
+# A thousand chats streaming at once, each at a pace two cores can carry for all of them
+# (docs/benchmarks.md#1000-conversations-at-once).
+THOUSAND_DELTA_INTERVAL ?= 500
+bench-1000: install  # The load phase with 1,000 conversations streaming at once, 4 load generators, deltas THOUSAND_DELTA_INTERVAL ms apart (500), against the relay
+	$(BIN)/python -m bench --targets durachat,baseline --conversations 1000 --client-procs 4 --phases load --delta-interval $(THOUSAND_DELTA_INTERVAL)
 
 bench-tracing: install  # What tracing costs: durachat with tracing off and every turn traced (OTLP to a local receiver), in one run
 	$(BIN)/python -m bench --targets durachat,durachat-traced

@@ -71,8 +71,16 @@ class Batcher:
             await pipe.execute()
 
 
-async def play(batcher: Batcher, key: str, request_id: str, text: str, message_ids: Any) -> None:
-    """Produce one reply's frames at the scripted model's pacing."""
+async def play(
+    batcher: Batcher,
+    key: str,
+    request_id: str,
+    text: str,
+    message_ids: Any,
+    *,
+    interval: float = ECHO_INTERVAL,
+) -> None:
+    """Produce one reply's frames at the scripted model's pacing (`interval` between deltas)."""
     seq = 0
 
     def chunk(body: dict[str, Any]) -> None:
@@ -100,7 +108,7 @@ async def play(batcher: Batcher, key: str, request_id: str, text: str, message_i
     start = loop.time()
     for i, delta in enumerate(script(text)):
         if i:
-            await asyncio.sleep(max(0.0, start + i * ECHO_INTERVAL - loop.time()))
+            await asyncio.sleep(max(0.0, start + i * interval - loop.time()))
         chunk(
             {
                 "type": "text-delta",
@@ -126,8 +134,8 @@ async def play(batcher: Batcher, key: str, request_id: str, text: str, message_i
     )
 
 
-async def producer(redis_url: str, prefix: str) -> None:
-    """Serve requests from `prefix:requests` until cancelled."""
+async def producer(redis_url: str, prefix: str, interval: float = ECHO_INTERVAL) -> None:
+    """Serve requests from `prefix:requests` until cancelled, `interval` seconds between deltas."""
     from redis.asyncio import Redis
 
     redis = Redis.from_url(redis_url, decode_responses=True)
@@ -147,6 +155,7 @@ async def producer(redis_url: str, prefix: str) -> None:
                             fields["r"],
                             fields["t"],
                             json.loads(fields["m"]),
+                            interval=interval,
                         )
                     )
                     tasks.add(task)
@@ -297,6 +306,9 @@ def main() -> None:
     parser.add_argument("--redis", required=True)
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument(
+        "--delta-interval", type=float, default=ECHO_INTERVAL, help="seconds between deltas"
+    )
     args = parser.parse_args()
     if args.role == "producer":
         import uvloop
@@ -304,7 +316,7 @@ def main() -> None:
         # Stop cleanly on SIGTERM so a profiled producer gets to write its stats.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
-            uvloop.run(producer(args.redis, args.prefix))
+            uvloop.run(producer(args.redis, args.prefix, args.delta_interval))
     else:
         import uvicorn
 

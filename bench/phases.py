@@ -48,6 +48,8 @@ class Params:
     ramp_s: float = 0.0
     """Seconds over which the load phase's conversations send their first (unmeasured)
     message, which activates them on their shards."""
+    delta_interval_ms: float = 20.0
+    """Milliseconds between a reply's deltas (the scripted model's and the relay's pacing)."""
 
     def load_timeout(self) -> float:
         """Seconds the parent waits for the load generators to finish the load phase: every

@@ -83,6 +83,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-deflate", action="store_true", help="do not offer permessage-deflate")
     parser.add_argument(
+        "--delta-interval",
+        type=float,
+        default=20.0,
+        help="milliseconds between a reply's deltas, for durachat's scripted model and the "
+        "relay's producer alike (20: 50 deltas a second per streaming chat)",
+    )
+    parser.add_argument(
         "--shards", type=_positive, default=2, help="shards of the durachat targets (2)"
     )
     parser.add_argument(
@@ -157,7 +164,12 @@ def make_params(args: argparse.Namespace) -> Params:
     params.words = args.words
     params.client_procs = max(1, args.client_procs)
     params.deflate = not args.no_deflate
-    params.timeout = reply_timeout(params.conversations, params.timeout)
+    if args.delta_interval <= 0:
+        raise SystemExit("--delta-interval must be positive")
+    params.delta_interval_ms = args.delta_interval
+    # A slower pacing lengthens every reply by the same amount, loaded or not.
+    slower_reply_s = (params.words + 1) * max(0.0, params.delta_interval_ms - 20.0) / 1e3
+    params.timeout = reply_timeout(params.conversations, params.timeout) + slower_reply_s
     params.shards = args.shards
     params.gateways = args.gateways
     params.phases = list(args.phases)
@@ -319,7 +331,8 @@ def write_results(document: dict[str, Any], directory: Path) -> Path:
 
 def notes(params: Params) -> list[str]:
     """How to read the table."""
-    ideal = params.conversations * (params.words + 1) / ((params.words) * 0.020)
+    reply_s = params.words * params.delta_interval_ms / 1e3
+    ideal = params.conversations * (params.words + 1) / reply_s
     return [
         "targets apply to durachat; ratio = durachat / baseline",
         "chunk delivery = client receive time - stamp taken when the text delta left the model "
@@ -398,11 +411,16 @@ def main(argv: list[str] | None = None) -> int:
                         profile_dir=profile_dir,
                         shards=params.shards,
                         gateways=params.gateways,
+                        delta_interval=params.delta_interval_ms / 1e3,
                         **DURACHAT_TARGETS[name],
                     )
                 elif name == "baseline":
                     target = start_baseline(
-                        run_dir / "baseline", cleanup, profile=profile, profile_dir=profile_dir
+                        run_dir / "baseline",
+                        cleanup,
+                        profile=profile,
+                        profile_dir=profile_dir,
+                        delta_interval=params.delta_interval_ms / 1e3,
                     )
                 else:
                     raise ValueError(f"unknown target {name!r}")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.baseline import ECHO_INTERVAL
 from bench.procs import Cleanup, Proc, child_env, spawn, terminate
 from durachat_infra.local.cluster import LocalCluster
 from durachat_infra.local.redis_server import RedisServer, free_port
@@ -69,8 +70,9 @@ class BenchCluster(LocalCluster):
         return super()._spawn(role, name, module, extra)
 
 
-def cluster_env() -> dict[str, str]:
-    """What LocalCluster children need on top of os.environ (it cannot unset variables)."""
+def cluster_env(delta_interval: float = ECHO_INTERVAL) -> dict[str, str]:
+    """What LocalCluster children need on top of os.environ (it cannot unset variables), the
+    scripted model's deltas `delta_interval` seconds apart."""
     env = child_env({"DURACHAT_AGENTS": "durachat.demo,bench.agents"})
     return {
         "PYTHONPATH": env["PYTHONPATH"],
@@ -78,6 +80,8 @@ def cluster_env() -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "",  # empty means unset
         "LITELLM_LOCAL_MODEL_COST_MAP": env["LITELLM_LOCAL_MODEL_COST_MAP"],
         "DURACHAT_AGENTS": env["DURACHAT_AGENTS"],
+        # The scripted model's pacing (docs/configuration.md).
+        "DURACHAT_SCRIPTED_DELAY_SCALE": repr(delta_interval / ECHO_INTERVAL),
     }
 
 
@@ -108,14 +112,16 @@ def start_durachat(
     redis_masters: int = 0,
     shards: int = 2,
     gateways: int = 1,
+    delta_interval: float = ECHO_INTERVAL,
 ) -> Target:
     """Start `gateways` gateways (1), `shards` shards (2) and 1 jobs worker with an embedded
     Redis (with
-    `redis_masters`, an embedded Redis Cluster of that many masters); with `auth`, in auth
+    `redis_masters`, an embedded Redis Cluster of that many masters), the scripted model's
+    deltas `delta_interval` seconds apart; with `auth`, in auth
     mode (docs/security.md), every client socket carrying a client token of a tenant without
     quota limits, as a browser app's would; with `traced`, every turn traced (100 % sampling)
     and exported over OTLP/HTTP to a local receiver (docs/observability.md#traces)."""
-    env = cluster_env()
+    env = cluster_env(delta_interval)
     if auth:
         env["DURACHAT_ADMIN_KEY"] = BENCH_ADMIN_KEY
     sink: Proc | None = None
@@ -224,8 +230,10 @@ def start_baseline(
     *,
     profile: frozenset[str] = frozenset(),
     profile_dir: Path | None = None,
+    delta_interval: float = ECHO_INTERVAL,
 ) -> Target:
-    """Start a Redis (configured like the cluster's), the producer and the relay."""
+    """Start a Redis (configured like the cluster's), the producer (`delta_interval` seconds
+    between deltas) and the relay."""
     redis = RedisServer(var_dir / "redis")
     cleanup.add("baseline redis", redis.stop)
     redis.start()
@@ -234,7 +242,10 @@ def start_baseline(
     logs = var_dir / "logs"
     out = profile_dir or var_dir
     args, extra = _baseline_args(
-        "producer", ["--redis", redis.url, "--prefix", prefix], profile, out
+        "producer",
+        ["--redis", redis.url, "--prefix", prefix, "--delta-interval", str(delta_interval)],
+        profile,
+        out,
     )
     producer = spawn(args, env=child_env(extra), log=logs / "producer.log")
     cleanup.add("baseline producer", lambda: terminate(producer))

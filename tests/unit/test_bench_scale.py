@@ -4,17 +4,22 @@ gateways, CPU summed per role, and the capacity model read from CPU per delivere
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import bench.run
 import pytest
+from bench.baseline import play
 from bench.loadgen import Conversation, Request, Samples, _ports
 from bench.phases import PHASES, parse_phases, reply_timeout, spread, warmup_ramp
 from bench.procs import Proc, by_role
 from bench.report import _cpu, _front
 from bench.run import make_params, parse_args
 from bench.scale import capacity, int_list, shapes, summarise
+from bench.targets import cluster_env
+
+from durachat.models.scripted import ECHO_INTERVAL, _delay_scale
 
 
 def test_shape_and_phases_options_default_to_todays_run() -> None:
@@ -56,6 +61,36 @@ def test_first_messages_ramp_only_past_200_conversations() -> None:
     assert warmup_ramp(1000) == 10.0
     assert make_params(parse_args(["--conversations", "1000"])).ramp_s == 10.0
     assert make_params(parse_args(["--conversations", "1000", "--ramp", "0"])).ramp_s == 0.0
+
+
+def test_delta_interval_paces_both_targets_and_lengthens_the_reply_timeout() -> None:
+    params = make_params(parse_args([]))
+    assert params.delta_interval_ms == 20.0
+    assert cluster_env()["DURACHAT_SCRIPTED_DELAY_SCALE"] == "1.0"
+    params = make_params(parse_args(["--conversations", "1000", "--delta-interval", "500"]))
+    assert params.delta_interval_ms == 500.0
+    # 41 deltas 480 ms further apart than the default: each reply takes 19.7 s longer.
+    assert params.timeout == pytest.approx(150.0 + 41 * 0.48)
+    env = cluster_env(params.delta_interval_ms / 1e3)
+    scale = _delay_scale({"delay_scale": env["DURACHAT_SCRIPTED_DELAY_SCALE"]})
+    assert ECHO_INTERVAL * scale == pytest.approx(0.5)
+    with pytest.raises(SystemExit):
+        make_params(parse_args(["--delta-interval", "0"]))
+
+
+async def test_the_relay_producer_paces_its_deltas_by_the_interval() -> None:
+    class Recorder:
+        def __init__(self) -> None:
+            self.times: list[float] = []
+
+        def add(self, key: str, frame: str) -> None:
+            if '\\"text-delta\\"' in frame:
+                self.times.append(time.monotonic())
+
+    recorder = Recorder()
+    await play(recorder, "k", "r1", "one two three", [], interval=0.05)  # type: ignore[arg-type]
+    assert len(recorder.times) == 4  # `echo: `, `one `, `two `, `three`
+    assert recorder.times[-1] - recorder.times[0] >= 3 * 0.05 - 0.005
 
 
 async def test_a_refused_request_ends_with_its_one_frame() -> None:

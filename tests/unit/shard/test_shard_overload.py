@@ -126,3 +126,96 @@ async def test_a_write_cancelled_before_it_ran_leaves_the_backlog() -> None:
     with pytest.raises(asyncio.CancelledError):
         await queued
     assert len(BACKLOG) == before
+
+
+async def test_a_shard_on_time_admits_a_turn_at_once() -> None:
+    load = Overload(0.2, 0.1, interval=0.02, backlog=Backlog())
+    load.start()
+    try:
+        assert await load.admit(0.0)
+        assert load.waiting == 0
+    finally:
+        await load.stop()
+
+
+async def behind_on_writes(load: Overload, backlog: Backlog) -> int:
+    """Put a write in `backlog` and wait until `load` is behind on it; returns its handle."""
+    handle = backlog.add(time.monotonic())
+
+    async def behind() -> bool:
+        return load.overloaded
+
+    await eventually(behind)
+    return handle
+
+
+async def waiting(load: Overload, count: int) -> None:
+    """Wait until `count` turns wait to be admitted."""
+
+    async def queued() -> bool:
+        return load.waiting == count
+
+    await eventually(queued)
+
+
+async def test_turns_arriving_while_behind_wait_and_start_oldest_first_a_few_per_tick() -> None:
+    backlog = Backlog()
+    load = Overload(0, 0.05, interval=0.02, backlog=backlog, admitted_per_tick=2)
+    load.start()
+    try:
+        handle = await behind_on_writes(load, backlog)
+        admitted: list[int] = []
+        measured_at: list[int] = []
+
+        async def arrive(i: int) -> None:
+            if await load.admit(5.0):
+                admitted.append(i)
+                measured_at.append(load.measurements)
+
+        turns = [asyncio.create_task(arrive(i)) for i in range(5)]
+        await waiting(load, 5)
+        await ticks(load, 3)
+        assert admitted == []  # still behind: nobody starts
+        # A request arriving now queues behind those that waited longer.
+        turns.append(asyncio.create_task(arrive(5)))
+        await waiting(load, 6)
+        backlog.done(handle)
+        await asyncio.gather(*turns)
+        assert admitted == [0, 1, 2, 3, 4, 5]
+        assert len(set(measured_at)) == 3  # two per measurement
+        assert load.waiting == 0
+    finally:
+        await load.stop()
+
+
+async def test_a_turn_is_refused_when_the_shard_stays_behind_past_its_wait() -> None:
+    backlog = Backlog()
+    load = Overload(0, 0.05, interval=0.02, backlog=backlog)
+    load.start()
+    try:
+        handle = await behind_on_writes(load, backlog)
+        started = time.monotonic()
+        assert not await load.admit(0.2)
+        assert time.monotonic() - started >= 0.2
+        assert load.waiting == 0  # it left the queue
+        assert not await load.admit(0.0)  # no wait allowed: refused at once
+        backlog.done(handle)
+    finally:
+        await load.stop()
+
+
+async def test_a_waiting_turn_whose_request_is_cancelled_leaves_the_queue() -> None:
+    backlog = Backlog()
+    load = Overload(0, 0.05, interval=0.02, backlog=backlog)
+    load.start()
+    try:
+        handle = await behind_on_writes(load, backlog)
+        waiter = asyncio.create_task(load.admit(5.0))
+        await waiting(load, 1)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert load.waiting == 0
+        backlog.done(handle)
+    finally:
+        await load.stop()

@@ -31,7 +31,7 @@ from durachat_infra.store import (
 from durachat_shard import metrics
 from durachat_shard.branch_ops import BranchOpIn, apply_branch_op
 from durachat_shard.hosting import Conversations, NotOwnerError, UnknownAgentError
-from durachat_shard.overload import Overload
+from durachat_shard.overload import ADMISSION_WAIT, Overload
 from durachat_shard.tracing import incoming_context
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,15 @@ def refusal(exc: Exception, shard_id: str) -> JSONResponse:
 
 OVERLOADED = "The server is too busy to start a reply now; retry shortly."
 
+
+def _admission_limit(item: FrameIn) -> float:
+    """How long a chat request may wait for a shard that is behind: never past the time its
+    answer is due before the gateway's deadline."""
+    if item.deadline is None:
+        return ADMISSION_WAIT
+    return min(ADMISSION_WAIT, item.deadline - time.time() - ANSWER_MARGIN)
+
+
 HEALTH_PATH = "/internal/v1/health"
 # Unsigned: orchestrators' probes and Prometheus' scrapes cannot sign a call, and none of these
 # reveal or change a conversation.
@@ -118,8 +127,8 @@ def build_api(
     load: Overload | None = None,
 ) -> FastAPI:
     """The internal API of one shard; with `cluster_secret`, only signed calls get through.
-    With `load`, chat requests are refused (`503 overloaded`) while the shard is behind
-    (`overload`)."""
+    With `load`, a chat request that arrives while the shard is behind waits for it to catch
+    up, and is refused (`503 overloaded`) if it does not in time (`overload`)."""
     app = FastAPI(
         title="durachat shard (internal)",
         docs_url=None,
@@ -142,7 +151,7 @@ def build_api(
             log.warning("refused a forwarded frame: %s", str(exc).splitlines()[0])
             return JSONResponse({"code": "invalid_call", "message": str(exc)}, status_code=422)
         starts_turn = item.frame.get("type") == MessageType.USE_CHAT_REQUEST.value
-        if starts_turn and load is not None and load.overloaded:
+        if starts_turn and load is not None and not await load.admit(_admission_limit(item)):
             # Before activation, which is work too; turns already running go on.
             metrics.TURNS_REFUSED.labels("overloaded").inc()
             return JSONResponse(

@@ -35,6 +35,10 @@ WRITE_BACKLOG = Gauge(
     "durachat_shard_write_backlog_seconds",
     "How long the oldest write still queued on the shard's write chains has waited",
 )
+TURNS_WAITING = Gauge(
+    "durachat_shard_turns_waiting",
+    "Chat requests waiting for a shard that is behind to catch up before they start",
+)
 TURNS_REFUSED = Counter(
     "durachat_shard_turns_refused_total",
     "Chat requests refused before they became turns, by reason (`overloaded`: the event loop "

@@ -8,6 +8,13 @@ conversation at once (docs/benchmarks.md, "1,000 conversations at once"). Refusi
 while the shard is behind keeps the turns already running going: the refused client gets a
 stable `overloaded` error and may retry (docs/operations.md#overload).
 
+A chat request that arrives while the shard is behind waits, parked, for it to catch up (at most
+`ADMISSION_WAIT`, and never past its gateway's deadline): a burst of requests arriving together
+(a thousand users pressing send in the same second) then costs time to first chunk instead of
+refusals, while a shard that stays behind still refuses. Once it is on time, the waiting
+requests are let in oldest first, `ADMITTED_PER_TICK` per measurement, so they do not put it
+behind again all at once.
+
 Behind is measured the way it is felt. The loop: a timer is due every `interval`, and how late
 it runs is the loop's lag (a loop stuck on one long step cannot run the timer, so a request
 handled right after counts how overdue it is as well). The database: how long the oldest write
@@ -20,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from typing import Final
 
 from durachat_shard import metrics
@@ -30,14 +38,21 @@ log = logging.getLogger(__name__)
 INTERVAL: Final = 0.1
 """Seconds between the lag measurements."""
 
+ADMISSION_WAIT: Final = 3.0
+"""Longest a chat request waits for a shard that is behind before it is refused."""
+
+ADMITTED_PER_TICK: Final = 8
+"""Waiting chat requests let in per measurement once the shard is on time (80 a second: ~40 %
+of a core at a turn start's few milliseconds of CPU)."""
+
 
 class Overload:
     """Measures how far behind the shard is, and says when that is too far.
 
-    New turns are refused while the loop's lag stays over `loop_limit` for two measurements in
-    a row (a burst of requests arriving together makes one late tick, which the loop then
+    The shard is behind while the loop's lag stays over `loop_limit` for two measurements in a
+    row (a burst of requests arriving together makes one late tick, which the loop then
     catches up: that is not overload), or while the oldest queued write has waited longer than
-    `write_limit`. A limit of 0 turns that signal off.
+    `write_limit`. A limit of 0 turns that signal off. New turns wait in `admit` while it is.
     """
 
     def __init__(
@@ -47,6 +62,7 @@ class Overload:
         *,
         interval: float = INTERVAL,
         backlog: Backlog = BACKLOG,
+        admitted_per_tick: int = ADMITTED_PER_TICK,
     ) -> None:
         self._loop_limit = loop_limit
         self._write_limit = write_limit
@@ -57,6 +73,8 @@ class Overload:
         self._was_late = False
         """Whether the measurement before the last one was over `loop_limit`."""
         self._shedding = False
+        self._admitted_per_tick = admitted_per_tick
+        self._waiting: deque[asyncio.Future[None]] = deque()
         self._task: asyncio.Task[None] | None = None
         self.measurements = 0
         """How many times the loop's lag has been measured."""
@@ -104,6 +122,42 @@ class Overload:
                 log.info("back on time: accepting new turns")
         return shedding
 
+    @property
+    def waiting(self) -> int:
+        """Chat requests waiting to be admitted."""
+        return len(self._waiting)
+
+    async def admit(self, limit: float = ADMISSION_WAIT) -> bool:
+        """Whether a new turn may start: at once while the shard is on time and nobody waits;
+        else once it has caught up and the requests that waited longer are in, if that is
+        within `limit` seconds."""
+        if not self._waiting and not self.overloaded:
+            return True
+        if limit <= 0 or self._task is None:
+            return False
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(turn)
+        metrics.TURNS_WAITING.set(len(self._waiting))
+        try:
+            await asyncio.wait_for(turn, limit)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            if not turn.done() or turn.cancelled():
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(turn)
+            metrics.TURNS_WAITING.set(len(self._waiting))
+
+    def _let_in(self) -> None:
+        admitted = 0
+        while self._waiting and admitted < self._admitted_per_tick:
+            turn = self._waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                admitted += 1
+        metrics.TURNS_WAITING.set(len(self._waiting))
+
     def _loop_behind(self) -> bool:
         if self._loop_limit <= 0 or self._task is None:
             return False
@@ -124,3 +178,5 @@ class Overload:
             metrics.WRITE_BACKLOG.set(self._backlog.age(now))
             self._due = now + self._interval
             self.measurements += 1
+            if self._waiting and not self.overloaded:
+                self._let_in()
