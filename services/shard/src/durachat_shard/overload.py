@@ -114,12 +114,12 @@ class Overload:
             self._shedding = shedding
             if shedding:
                 log.warning(
-                    "behind (event loop %.2f s, oldest queued write %.2f s): refusing new turns",
+                    "behind (event loop %.2f s, oldest queued write %.2f s): new turns wait",
                     self.loop_lag,
                     self.write_lag,
                 )
             else:
-                log.info("back on time: accepting new turns")
+                log.info("back on time: new turns start")
         return shedding
 
     @property
