@@ -5,6 +5,7 @@ loop is what is tested); the writes are real write chains whose transactions are
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -199,6 +200,21 @@ async def test_a_turn_is_refused_when_the_shard_stays_behind_past_its_wait() -> 
         assert time.monotonic() - started >= 0.2
         assert load.waiting == 0  # it left the queue
         assert not await load.admit(0.0)  # no wait allowed: refused at once
+        backlog.done(handle)
+    finally:
+        await load.stop()
+
+
+@pytest.mark.parametrize("admission_wait", [0.0, 0.2])
+async def test_the_shards_admission_wait_caps_every_wait(admission_wait: float) -> None:
+    backlog = Backlog()
+    load = Overload(0, 0.05, interval=0.02, backlog=backlog, admission_wait=admission_wait)
+    load.start()
+    try:
+        handle = await behind_on_writes(load, backlog)
+        started = time.monotonic()
+        assert not await asyncio.wait_for(load.admit(math.inf), 5)
+        assert time.monotonic() - started >= admission_wait
         backlog.done(handle)
     finally:
         await load.stop()

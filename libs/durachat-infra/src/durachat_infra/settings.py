@@ -146,14 +146,19 @@ class ShardSettings(CommonSettings, ClusterTiming):
     """Seconds an idle conversation stays in memory before it is evicted."""
 
     max_loop_lag: float = Field(default=1.0, ge=0)
-    """Seconds the shard's event loop may run behind, two measurements in a row, before it
-    refuses new turns with `overloaded` (0: never for this reason). Keep it under the lease
-    TTL: a loop later than that loses its conversations' leases."""
+    """Seconds the shard's event loop may run behind, two measurements in a row, before new
+    turns wait for it to catch up and are refused with `overloaded` if it does not in time
+    (0: never for this reason). Keep it under the lease TTL: a loop later than that loses its
+    conversations' leases."""
 
     max_write_backlog: float = Field(default=5.0, ge=0)
-    """Seconds the shard's oldest queued write may wait before it refuses new turns with
-    `overloaded` (0: never for this reason). Keep it under the gateways' forward timeout: a
+    """Seconds the shard's oldest queued write may wait before new turns wait for it, as
+    above (0: never for this reason). Keep it under the gateways' forward timeout: a
     chat request is answered once its turn is stored."""
+
+    max_admission_wait: float = Field(default=5.0, ge=0)
+    """Seconds a chat request may wait for a shard that is behind to catch up before it is
+    refused with `overloaded` (0: refused at once); never past the gateway's deadline."""
 
     log_maxlen: int = 10_000
     """Approximate maximum entries kept in a conversation's event log."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from typing import Any
 
@@ -31,7 +32,7 @@ from durachat_infra.store import (
 from durachat_shard import metrics
 from durachat_shard.branch_ops import BranchOpIn, apply_branch_op
 from durachat_shard.hosting import Conversations, NotOwnerError, UnknownAgentError
-from durachat_shard.overload import ADMISSION_WAIT, Overload
+from durachat_shard.overload import Overload
 from durachat_shard.tracing import incoming_context
 
 log = logging.getLogger(__name__)
@@ -105,11 +106,11 @@ OVERLOADED = "The server is too busy to start a reply now; retry shortly."
 
 
 def _admission_limit(item: FrameIn) -> float:
-    """How long a chat request may wait for a shard that is behind: never past the time its
-    answer is due before the gateway's deadline."""
+    """How long a chat request may wait for a shard that is behind, as far as its gateway is
+    concerned: until its answer is due before the gateway's deadline."""
     if item.deadline is None:
-        return ADMISSION_WAIT
-    return min(ADMISSION_WAIT, item.deadline - time.time() - ANSWER_MARGIN)
+        return math.inf
+    return item.deadline - time.time() - ANSWER_MARGIN
 
 
 HEALTH_PATH = "/internal/v1/health"

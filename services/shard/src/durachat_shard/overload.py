@@ -8,12 +8,12 @@ conversation at once (docs/benchmarks.md, "1,000 conversations at once"). Refusi
 while the shard is behind keeps the turns already running going: the refused client gets a
 stable `overloaded` error and may retry (docs/operations.md#overload).
 
-A chat request that arrives while the shard is behind waits, parked, for it to catch up (at most
-`ADMISSION_WAIT`, and never past its gateway's deadline): a burst of requests arriving together
-(a thousand users pressing send in the same second) then costs time to first chunk instead of
-refusals, while a shard that stays behind still refuses. Once it is on time, the waiting
-requests are let in oldest first, `ADMITTED_PER_TICK` per measurement, so they do not put it
-behind again all at once.
+A chat request that arrives while the shard is behind waits, parked, for it to catch up (at
+most `admission_wait`, `DURACHAT_MAX_ADMISSION_WAIT`, and never past its gateway's deadline):
+a burst of requests arriving together (a thousand users pressing send in the same second) then
+costs time to first chunk instead of refusals, while a shard that stays behind still refuses.
+Once it is on time, the waiting requests are let in oldest first, `ADMITTED_PER_TICK` per
+measurement, so they do not put it behind again all at once.
 
 Behind is measured the way it is felt. The loop: a timer is due every `interval`, and how late
 it runs is the loop's lag (a loop stuck on one long step cannot run the timer, so a request
@@ -38,9 +38,6 @@ log = logging.getLogger(__name__)
 INTERVAL: Final = 0.1
 """Seconds between the lag measurements."""
 
-ADMISSION_WAIT: Final = 3.0
-"""Longest a chat request waits for a shard that is behind before it is refused."""
-
 ADMITTED_PER_TICK: Final = 8
 """Waiting chat requests let in per measurement once the shard is on time (80 a second: ~40 %
 of a core at a turn start's few milliseconds of CPU)."""
@@ -62,6 +59,7 @@ class Overload:
         *,
         interval: float = INTERVAL,
         backlog: Backlog = BACKLOG,
+        admission_wait: float = 5.0,
         admitted_per_tick: int = ADMITTED_PER_TICK,
     ) -> None:
         self._loop_limit = loop_limit
@@ -73,6 +71,8 @@ class Overload:
         self._was_late = False
         """Whether the measurement before the last one was over `loop_limit`."""
         self._shedding = False
+        self.admission_wait = admission_wait
+        """Longest a chat request waits for the shard to catch up before it is refused."""
         self._admitted_per_tick = admitted_per_tick
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._task: asyncio.Task[None] | None = None
@@ -127,10 +127,11 @@ class Overload:
         """Chat requests waiting to be admitted."""
         return len(self._waiting)
 
-    async def admit(self, limit: float = ADMISSION_WAIT) -> bool:
+    async def admit(self, limit: float) -> bool:
         """Whether a new turn may start: at once while the shard is on time and nobody waits;
         else once it has caught up and the requests that waited longer are in, if that is
-        within `limit` seconds."""
+        within `limit` seconds (at most `admission_wait`)."""
+        limit = min(limit, self.admission_wait)
         if not self._waiting and not self.overloaded:
             return True
         if limit <= 0 or self._task is None:

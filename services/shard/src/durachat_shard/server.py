@@ -122,7 +122,11 @@ async def serve(settings: ShardSettings) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
     host, port = sock.getsockname()[:2]
-    load = Overload(settings.max_loop_lag, settings.max_write_backlog)
+    load = Overload(
+        settings.max_loop_lag,
+        settings.max_write_backlog,
+        admission_wait=settings.max_admission_wait,
+    )
     api = build_api(
         conversations,
         settings.shard_id,
