@@ -13,7 +13,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 .PHONY: help install run run-redis-cluster test test-py test-redis-cluster test-compat lint format bench bench-check bench-auth bench-tracing bench-scale bench-1000 soak chaos fuzz clean chromium playground
 
 help:  # List the targets
-	@grep -E '^[a-z-]+:.*#' Makefile | sed -E 's/:.*#/\t/'
+	@grep -E '^[a-z0-9-]+:.*#' Makefile | sed -E 's/:.*#/\t/'
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
