@@ -235,3 +235,18 @@ async def test_a_waiting_turn_whose_request_is_cancelled_leaves_the_queue() -> N
         backlog.done(handle)
     finally:
         await load.stop()
+
+
+async def test_requests_still_waiting_when_the_shard_stops_go_on() -> None:
+    # A stopping shard answers them as a former owner; their gateways take them on.
+    backlog = Backlog()
+    load = Overload(0, 0.05, interval=0.02, backlog=backlog)
+    load.start()
+    handle = await behind_on_writes(load, backlog)
+    waiter = asyncio.create_task(load.admit(5.0))
+    await waiting(load, 1)
+    await load.stop()
+    assert await asyncio.wait_for(waiter, 1)
+    assert load.waiting == 0
+    assert await load.admit(5.0)  # and those arriving after it, at once
+    backlog.done(handle)

@@ -86,7 +86,9 @@ class Overload:
             self._task = asyncio.get_running_loop().create_task(self._measure())
 
     async def stop(self) -> None:
-        """Stop measuring."""
+        """Stop measuring, and let the requests still waiting through: a stopping shard
+        answers them as a former owner, and their gateways take them to the next one."""
+        self._let_in(len(self._waiting))
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -128,13 +130,14 @@ class Overload:
         return len(self._waiting)
 
     async def admit(self, limit: float) -> bool:
-        """Whether a new turn may start: at once while the shard is on time and nobody waits;
-        else once it has caught up and the requests that waited longer are in, if that is
-        within `limit` seconds (at most `admission_wait`)."""
+        """Whether a new turn may start: at once while the shard is on time and nobody waits,
+        or while the monitor is stopped; else once it has caught up and the requests that
+        waited longer are in, if that is within `limit` seconds (at most `admission_wait`)."""
         limit = min(limit, self.admission_wait)
-        if not self._waiting and not self.overloaded:
+        if self._task is None or (not self._waiting and not self.overloaded):
+            # Not measuring (stopped: the shard is draining) or on time.
             return True
-        if limit <= 0 or self._task is None:
+        if limit <= 0:
             return False
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append(turn)
@@ -150,9 +153,10 @@ class Overload:
                     self._waiting.remove(turn)
             metrics.TURNS_WAITING.set(len(self._waiting))
 
-    def _let_in(self) -> None:
+    def _let_in(self, count: int) -> None:
+        """Admit the `count` requests that waited longest."""
         admitted = 0
-        while self._waiting and admitted < self._admitted_per_tick:
+        while self._waiting and admitted < count:
             turn = self._waiting.popleft()
             if not turn.done():
                 turn.set_result(None)
@@ -180,4 +184,4 @@ class Overload:
             self._due = now + self._interval
             self.measurements += 1
             if self._waiting and not self.overloaded:
-                self._let_in()
+                self._let_in(self._admitted_per_tick)

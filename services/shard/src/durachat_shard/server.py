@@ -184,13 +184,15 @@ async def serve(settings: ShardSettings) -> None:
         await stop.wait()
     finally:
         log.info("shard %s stopping", settings.shard_id)
+        # First: chat requests waiting for the shard to catch up go on, to be sent to the
+        # conversations' next owners like every request that reaches a draining shard.
+        await load.stop()
         await registration.drain()
         await conversations.stop()
         await meter.stop()
         await registration.stop()
         await writer.close()
         await events.stop()
-        await load.stop()
         server.should_exit = True
         await serving
         await view.stop()
