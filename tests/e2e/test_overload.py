@@ -1,7 +1,7 @@
-"""A shard that falls behind refuses new turns with `overloaded` (load shedding,
-docs/operations.md#overload), and takes them again once it has caught up. Here its writes
-fall behind: the test holds the SQLite write lock the shards share, as a database that cannot
-keep up would."""
+"""A shard that falls behind holds new turns back (load shedding, docs/operations.md#overload):
+a chat request waits for it to catch up and starts once it has, or is refused with
+`overloaded` when it stays behind past the request's wait. Here its writes fall behind: the
+test holds the SQLite write lock the shards share, as a database that cannot keep up would."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 AGENT = "chat-agent"
 LIMIT = 0.5
+WAIT = 3.0
+"""`DURACHAT_MAX_ADMISSION_WAIT`: how long a request waits for the shard to catch up."""
 
 
 @pytest.fixture(scope="module")
@@ -32,27 +34,36 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
         redis_url,
         gateways=1,
         shards=1,
-        env={"DURACHAT_MAX_WRITE_BACKLOG": str(LIMIT)},
+        env={"DURACHAT_MAX_WRITE_BACKLOG": str(LIMIT), "DURACHAT_MAX_ADMISSION_WAIT": str(WAIT)},
     ) as running:
         yield running
 
 
-async def _write_backlog(base: str) -> float:
-    """The shard's `durachat_shard_write_backlog_seconds`."""
+async def _gauge(base: str, name: str) -> float:
+    """The shard's gauge `name`."""
     async with httpx.AsyncClient(base_url=base) as http:
         text = (await http.get("/metrics")).text
     for line in text.splitlines():
-        if line.startswith("durachat_shard_write_backlog_seconds "):
+        if line.startswith(name + " "):
             return float(line.split()[-1])
     return 0.0
+
+
+async def _write_backlog(base: str) -> float:
+    """The shard's `durachat_shard_write_backlog_seconds`."""
+    return await _gauge(base, "durachat_shard_write_backlog_seconds")
+
+
+async def _shard_metrics(cluster: LocalCluster) -> str:
+    async with httpx.AsyncClient(base_url=cluster.urls[0]) as http:
+        (shard,) = (await http.get("/v1/cluster")).json()["shards"]
+    return f"http://{shard['address']}"
 
 
 async def test_a_shard_whose_writes_fall_behind_refuses_new_turns_then_takes_them_again(
     cluster: LocalCluster,
 ) -> None:
-    async with httpx.AsyncClient(base_url=cluster.urls[0]) as http:
-        (shard,) = (await http.get("/v1/cluster")).json()["shards"]
-    metrics = f"http://{shard['address']}"
+    metrics = await _shard_metrics(cluster)
     busy = await WsClient.connect(cluster.urls[0], AGENT, f"busy-{time.time_ns()}")
     other = await WsClient.connect(cluster.urls[0], AGENT, f"other-{time.time_ns()}")
     lock = os.open(cluster.var_dir / "durachat.db.wlock", os.O_RDWR | os.O_CREAT)
@@ -91,6 +102,47 @@ async def test_a_shard_whose_writes_fall_behind_refuses_new_turns_then_takes_the
             return "outcome" not in final
 
         await eventually(accepted, timeout=20, interval=0.1)
+    finally:
+        os.close(lock)
+        await busy.close()
+        await other.close()
+
+
+async def test_a_request_arriving_while_the_shard_is_behind_starts_once_it_catches_up(
+    cluster: LocalCluster,
+) -> None:
+    metrics = await _shard_metrics(cluster)
+    busy = await WsClient.connect(cluster.urls[0], AGENT, f"busy-{time.time_ns()}")
+    other = await WsClient.connect(cluster.urls[0], AGENT, f"other-{time.time_ns()}")
+    lock = os.open(cluster.var_dir / "durachat.db.wlock", os.O_RDWR | os.O_CREAT)
+    try:
+        for client in (busy, other):  # both active before the writes fall behind
+            first = chat_request([user_message("before")])
+            await client.send(first)
+            assert "outcome" not in await client.wait_done(first["id"])
+        await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+        try:
+            waiting = chat_request([user_message("stored late")])
+            await busy.send(waiting)
+
+            async def behind() -> bool:
+                return await _write_backlog(metrics) > LIMIT
+
+            await eventually(behind)
+            held = chat_request([user_message("while behind")])
+            await other.send(held)
+
+            async def parked() -> bool:
+                return await _gauge(metrics, "durachat_shard_turns_waiting") == 1
+
+            await eventually(parked)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        # The shard catches up within the request's wait: it runs, nothing is refused.
+        assert "outcome" not in await other.wait_done(held["id"])
+        assert not [f for f in other.frames if f.get("type") == "durachat_error"]
+        assert "outcome" not in await busy.wait_done(waiting["id"])
+        assert await _gauge(metrics, "durachat_shard_turns_waiting") == 0
     finally:
         os.close(lock)
         await busy.close()
