@@ -6,10 +6,11 @@ test holds the SQLite write lock the shards share, as a database that cannot kee
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from durachat_infra.local.cluster import LocalCluster
 from support.cluster import running_cluster
 from support.waiting import eventually
-from support.wsclient import WsClient, chat_request, user_message
+from support.wsclient import Frame, WsClient, chat_request, user_message
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -60,18 +61,30 @@ async def _shard_metrics(cluster: LocalCluster) -> str:
     return f"http://{shard['address']}"
 
 
-async def test_a_shard_whose_writes_fall_behind_refuses_new_turns_then_takes_them_again(
-    cluster: LocalCluster,
-) -> None:
-    metrics = await _shard_metrics(cluster)
+@contextlib.asynccontextmanager
+async def two_conversations(cluster: LocalCluster) -> AsyncIterator[tuple[WsClient, WsClient]]:
+    """Two conversations on the shard, each with a turn done."""
     busy = await WsClient.connect(cluster.urls[0], AGENT, f"busy-{time.time_ns()}")
     other = await WsClient.connect(cluster.urls[0], AGENT, f"other-{time.time_ns()}")
+    try:
+        for client in (busy, other):
+            first = chat_request([user_message("before")])
+            await client.send(first)
+            assert "outcome" not in await client.wait_done(first["id"])
+        yield busy, other
+    finally:
+        await busy.close()
+        await other.close()
+
+
+@contextlib.asynccontextmanager
+async def writes_behind(
+    cluster: LocalCluster, metrics: str, busy: WsClient
+) -> AsyncIterator[Frame]:
+    """Hold the write lock while `busy` runs a turn, until the shard's writes are behind;
+    yields that turn's request. The lock is released on the way out."""
     lock = os.open(cluster.var_dir / "durachat.db.wlock", os.O_RDWR | os.O_CREAT)
     try:
-        first = chat_request([user_message("before")])
-        await busy.send(first)
-        assert "outcome" not in await busy.wait_done(first["id"])
-
         await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
         try:
             # Its turn is accepted (nothing waited yet) and streams; its writes wait.
@@ -82,14 +95,26 @@ async def test_a_shard_whose_writes_fall_behind_refuses_new_turns_then_takes_the
                 return await _write_backlog(metrics) > LIMIT
 
             await eventually(behind)
+            yield waiting
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    finally:
+        os.close(lock)
+
+
+async def test_a_shard_whose_writes_stay_behind_refuses_new_turns_then_takes_them_again(
+    cluster: LocalCluster,
+) -> None:
+    metrics = await _shard_metrics(cluster)
+    async with two_conversations(cluster) as (busy, other):
+        async with writes_behind(cluster, metrics, busy) as waiting:
+            # Held past the request's wait.
             refused = chat_request([user_message("while behind")])
             await other.send(refused)
             done = await other.wait_done(refused["id"])
             assert done.get("outcome") == "error"
             error = await other.wait_for(lambda f: f.get("type") == "durachat_error")
             assert error["code"] == "overloaded"
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
         # The accepted turn completes once its writes go through, and new turns run again.
         assert "outcome" not in await busy.wait_done(waiting["id"])
@@ -102,33 +127,14 @@ async def test_a_shard_whose_writes_fall_behind_refuses_new_turns_then_takes_the
             return "outcome" not in final
 
         await eventually(accepted, timeout=20, interval=0.1)
-    finally:
-        os.close(lock)
-        await busy.close()
-        await other.close()
 
 
 async def test_a_request_arriving_while_the_shard_is_behind_starts_once_it_catches_up(
     cluster: LocalCluster,
 ) -> None:
     metrics = await _shard_metrics(cluster)
-    busy = await WsClient.connect(cluster.urls[0], AGENT, f"busy-{time.time_ns()}")
-    other = await WsClient.connect(cluster.urls[0], AGENT, f"other-{time.time_ns()}")
-    lock = os.open(cluster.var_dir / "durachat.db.wlock", os.O_RDWR | os.O_CREAT)
-    try:
-        for client in (busy, other):  # both active before the writes fall behind
-            first = chat_request([user_message("before")])
-            await client.send(first)
-            assert "outcome" not in await client.wait_done(first["id"])
-        await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
-        try:
-            waiting = chat_request([user_message("stored late")])
-            await busy.send(waiting)
-
-            async def behind() -> bool:
-                return await _write_backlog(metrics) > LIMIT
-
-            await eventually(behind)
+    async with two_conversations(cluster) as (busy, other):
+        async with writes_behind(cluster, metrics, busy) as waiting:
             held = chat_request([user_message("while behind")])
             await other.send(held)
 
@@ -136,14 +142,8 @@ async def test_a_request_arriving_while_the_shard_is_behind_starts_once_it_catch
                 return await _gauge(metrics, "durachat_shard_turns_waiting") == 1
 
             await eventually(parked)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
         # The shard catches up within the request's wait: it runs, nothing is refused.
         assert "outcome" not in await other.wait_done(held["id"])
         assert not [f for f in other.frames if f.get("type") == "durachat_error"]
         assert "outcome" not in await busy.wait_done(waiting["id"])
         assert await _gauge(metrics, "durachat_shard_turns_waiting") == 0
-    finally:
-        os.close(lock)
-        await busy.close()
-        await other.close()

@@ -5,10 +5,12 @@ loop is what is tested); the writes are real write chains whose transactions are
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import pytest
 
@@ -34,6 +36,48 @@ async def ticks(load: Overload, count: int) -> None:
         return load.measurements >= target
 
     await eventually(measured)
+
+
+@dataclass
+class Behind:
+    """A started `Overload` behind on one write of `backlog` (`handle`)."""
+
+    load: Overload
+    backlog: Backlog
+    handle: int
+
+    def catch_up(self) -> None:
+        """Commit the write it is behind on."""
+        self.backlog.done(self.handle)
+
+
+@contextlib.asynccontextmanager
+async def behind_on_writes(**options: Any) -> AsyncIterator[Behind]:
+    """An `Overload` (writes limited to 50 ms, measured every 20 ms, `options` on top) that
+    is behind on a write; stopped on the way out."""
+    backlog = Backlog()
+    load = Overload(0, 0.05, interval=0.02, backlog=backlog, **options)
+    load.start()
+    try:
+        handle = backlog.add(time.monotonic())
+
+        async def behind() -> bool:
+            return load.overloaded
+
+        await eventually(behind)
+        yield Behind(load, backlog, handle)
+        backlog.done(handle)
+    finally:
+        await load.stop()
+
+
+async def waiting(load: Overload, count: int) -> None:
+    """Wait until `count` turns wait to be admitted."""
+
+    async def queued() -> bool:
+        return load.waiting == count
+
+    await eventually(queued)
 
 
 async def test_a_loop_late_twice_in_a_row_is_overloaded_until_it_is_on_time() -> None:
@@ -76,26 +120,16 @@ async def test_a_stopped_monitor_reports_no_lag() -> None:
 
 
 async def test_writes_waiting_too_long_overload_the_shard_until_they_are_done() -> None:
-    backlog = Backlog()
-    load = Overload(0, 0.1, interval=0.02, backlog=backlog)
-    load.start()
-    try:
-        handle = backlog.add(time.monotonic())
-
-        async def behind() -> bool:
-            return load.overloaded
-
-        await eventually(behind)
-        assert load.write_lag > 0.1 and load.loop_lag < load.write_lag
-        backlog.done(handle)
+    async with behind_on_writes() as shard:
+        load = shard.load
+        assert load.write_lag > 0.05 and load.loop_lag < load.write_lag
+        shard.catch_up()
 
         async def on_time() -> bool:
             return not load.overloaded
 
         await eventually(on_time)
         assert load.write_lag == 0.0
-    finally:
-        await load.stop()
 
 
 async def test_a_queued_write_is_in_the_backlog_until_it_is_committed() -> None:
@@ -139,32 +173,9 @@ async def test_a_shard_on_time_admits_a_turn_at_once() -> None:
         await load.stop()
 
 
-async def behind_on_writes(load: Overload, backlog: Backlog) -> int:
-    """Put a write in `backlog` and wait until `load` is behind on it; returns its handle."""
-    handle = backlog.add(time.monotonic())
-
-    async def behind() -> bool:
-        return load.overloaded
-
-    await eventually(behind)
-    return handle
-
-
-async def waiting(load: Overload, count: int) -> None:
-    """Wait until `count` turns wait to be admitted."""
-
-    async def queued() -> bool:
-        return load.waiting == count
-
-    await eventually(queued)
-
-
 async def test_turns_arriving_while_behind_wait_and_start_oldest_first_a_few_per_tick() -> None:
-    backlog = Backlog()
-    load = Overload(0, 0.05, interval=0.02, backlog=backlog, admitted_per_tick=2)
-    load.start()
-    try:
-        handle = await behind_on_writes(load, backlog)
+    async with behind_on_writes(admitted_per_tick=2) as shard:
+        load = shard.load
         admitted: list[int] = []
         measured_at: list[int] = []
 
@@ -180,73 +191,46 @@ async def test_turns_arriving_while_behind_wait_and_start_oldest_first_a_few_per
         # A request arriving now queues behind those that waited longer.
         turns.append(asyncio.create_task(arrive(5)))
         await waiting(load, 6)
-        backlog.done(handle)
+        shard.catch_up()
         await asyncio.gather(*turns)
         assert admitted == [0, 1, 2, 3, 4, 5]
         assert len(set(measured_at)) == 3  # two per measurement
         assert load.waiting == 0
-    finally:
-        await load.stop()
 
 
 async def test_a_turn_is_refused_when_the_shard_stays_behind_past_its_wait() -> None:
-    backlog = Backlog()
-    load = Overload(0, 0.05, interval=0.02, backlog=backlog)
-    load.start()
-    try:
-        handle = await behind_on_writes(load, backlog)
+    async with behind_on_writes() as shard:
         started = time.monotonic()
-        assert not await load.admit(0.2)
+        assert not await shard.load.admit(0.2)
         assert time.monotonic() - started >= 0.2
-        assert load.waiting == 0  # it left the queue
-        assert not await load.admit(0.0)  # no wait allowed: refused at once
-        backlog.done(handle)
-    finally:
-        await load.stop()
+        assert shard.load.waiting == 0  # it left the queue
+        assert not await shard.load.admit(0.0)  # no wait allowed: refused at once
 
 
 @pytest.mark.parametrize("admission_wait", [0.0, 0.2])
 async def test_the_shards_admission_wait_caps_every_wait(admission_wait: float) -> None:
-    backlog = Backlog()
-    load = Overload(0, 0.05, interval=0.02, backlog=backlog, admission_wait=admission_wait)
-    load.start()
-    try:
-        handle = await behind_on_writes(load, backlog)
+    async with behind_on_writes(admission_wait=admission_wait) as shard:
         started = time.monotonic()
-        assert not await asyncio.wait_for(load.admit(math.inf), 5)
+        assert not await asyncio.wait_for(shard.load.admit(math.inf), 5)
         assert time.monotonic() - started >= admission_wait
-        backlog.done(handle)
-    finally:
-        await load.stop()
 
 
 async def test_a_waiting_turn_whose_request_is_cancelled_leaves_the_queue() -> None:
-    backlog = Backlog()
-    load = Overload(0, 0.05, interval=0.02, backlog=backlog)
-    load.start()
-    try:
-        handle = await behind_on_writes(load, backlog)
-        waiter = asyncio.create_task(load.admit(5.0))
-        await waiting(load, 1)
+    async with behind_on_writes() as shard:
+        waiter = asyncio.create_task(shard.load.admit(5.0))
+        await waiting(shard.load, 1)
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
-        assert load.waiting == 0
-        backlog.done(handle)
-    finally:
-        await load.stop()
+        assert shard.load.waiting == 0
 
 
 async def test_requests_still_waiting_when_the_shard_stops_go_on() -> None:
     # A stopping shard answers them as a former owner; their gateways take them on.
-    backlog = Backlog()
-    load = Overload(0, 0.05, interval=0.02, backlog=backlog)
-    load.start()
-    handle = await behind_on_writes(load, backlog)
-    waiter = asyncio.create_task(load.admit(5.0))
-    await waiting(load, 1)
-    await load.stop()
-    assert await asyncio.wait_for(waiter, 1)
-    assert load.waiting == 0
-    assert await load.admit(5.0)  # and those arriving after it, at once
-    backlog.done(handle)
+    async with behind_on_writes() as shard:
+        waiter = asyncio.create_task(shard.load.admit(5.0))
+        await waiting(shard.load, 1)
+        await shard.load.stop()
+        assert await asyncio.wait_for(waiter, 1)
+        assert shard.load.waiting == 0
+        assert await shard.load.admit(5.0)  # and those arriving after it, at once
