@@ -11,11 +11,9 @@ tests' PostgreSQL. Redis runs from the manifest's own `redis-server` command lin
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,23 +24,11 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from durachat_infra.local.redis_server import redis_server_binary
+from durachat_infra.local.redis_server import free_port, redis_server_binary
 from support.deploy_manifests import BIN, ProcessSpec, image_env
 from support.postgres import PostgresServer
 
 _HOST_PORT = re.compile(r"(?<![\w.-])([A-Za-z0-9][A-Za-z0-9.-]*):(\d+)")
-
-
-def distinct_free_ports(count: int) -> list[int]:
-    """`count` TCP ports on 127.0.0.1, free right now and all different: each stays bound
-    until all are chosen, so the system cannot hand the same one out twice."""
-    with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket())
-            sock.bind(("127.0.0.1", 0))
-            ports.append(int(sock.getsockname()[1]))
-        return ports
 
 
 @dataclass
@@ -84,8 +70,7 @@ class ManifestCluster:
     def start(self, timeout: float = 90.0) -> None:
         """Start Redis, run the migration to its end, start the rest and wait until every
         probe passes."""
-        free = iter(distinct_free_ports(sum(len(s.ports) for s in self.specs)))
-        ports = {id(s): {p: next(free) for p in s.ports} for s in self.specs}
+        ports = {id(s): {p: free_port() for p in s.ports} for s in self.specs}
         for spec in self.specs:
             self.hosts.add(spec.name)
             for container, local in ports[id(spec)].items():

@@ -26,11 +26,21 @@ def redis_server_binary() -> str:
     return found
 
 
+_HANDED_OUT: set[int] = set()
+"""Ports `free_port` returned: the system may offer a port again as soon as its probe socket
+is closed, before the process it was meant for has bound it."""
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that is free right now and that this process has not handed
+    out before."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 DEFAULT_MAXMEMORY = "1gb"
