@@ -110,7 +110,7 @@ class Overload:
 
     @property
     def overloaded(self) -> bool:
-        """Whether new turns should be refused now."""
+        """Whether the shard is behind now (new turns wait in `admit`)."""
         shedding = self._loop_behind() or self._writes_behind()
         if shedding != self._shedding:
             self._shedding = shedding

@@ -187,7 +187,13 @@ def insert_new(conn: AsyncConnection, table: Any, unique: list[str], **values: A
     Concurrent inserters of the same key do not fail: PostgreSQL makes the second wait for the
     first and then skip the row. Add `.returning(...)` to learn whether the row was inserted.
     """
-    if conn.dialect.name == "postgresql":
+    return insert_new_for(conn.dialect.name, table, unique, **values)
+
+
+def insert_new_for(dialect: str, table: Any, unique: list[str], **values: Any) -> Insert:
+    """`insert_new` for the database named `dialect` (`postgresql` or `sqlite`), for
+    statements built once, before any connection."""
+    if dialect == "postgresql":
         return (
             postgresql.insert(table).values(**values).on_conflict_do_nothing(index_elements=unique)
         )

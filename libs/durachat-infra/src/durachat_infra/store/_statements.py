@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any, Final
 
 from sqlalchemy import Insert, bindparam, func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 
+from durachat_infra.store._engine import insert_new_for
 from durachat_infra.store._records import OPEN_TURN_STATUSES
 from durachat_infra.store.models import Branch, Conversation, Message, Tenant, Turn
 
@@ -158,11 +158,8 @@ def _insert_new_per_dialect(
     """`INSERT … ON CONFLICT (unique) DO NOTHING RETURNING returning` for each database the
     store runs on, by dialect name."""
     return {
-        name: module.insert(table)
-        .values(**values)
-        .on_conflict_do_nothing(index_elements=unique)
-        .returning(returning)
-        for name, module in (("postgresql", postgresql), ("sqlite", sqlite))
+        name: insert_new_for(name, table, unique, **values).returning(returning)
+        for name in ("postgresql", "sqlite")
     }
 
 
