@@ -69,7 +69,8 @@ async def test_make_run_cluster_restarts_crashed_children_and_stops_all(tmp_path
     finally:
         launcher.send_signal(signal.SIGTERM)
         output, _ = launcher.communicate(timeout=60)
-    text = output.decode(errors="replace")
+        text = output.decode(errors="replace")
+        print(text)  # the launcher's and its children's logs, shown if the test fails
     assert f"durachat is running at {url}" in text
     assert "restarted" in text
     assert launcher.returncode == 0
