@@ -10,23 +10,44 @@ from pathlib import Path
 
 from redis import Redis
 
-from durachat_infra.local.redis_server import DEFAULT_MAXMEMORY, RedisServer
+from durachat_infra.local.redis_server import (
+    DEFAULT_MAXMEMORY,
+    RedisServer,
+    RedisStartError,
+    claim_port,
+)
 
 SLOTS = 16384
+BUS_OFFSET = 10000
+"""A node's cluster bus listens this far above its port (fixed in Redis 6)."""
+LOWEST_PORT = 10000
+START_ATTEMPTS = 5
+"""A node whose port another process took after the probe starts again on another one."""
+
+
+def ephemeral_floor() -> int:
+    """The lowest port the system hands out to outgoing connections (and to `bind(0)`)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def cluster_port() -> int:
-    """A free port for a cluster node: its cluster bus listens 10,000 above it, so the port must
-    be at most 55,535 and that one free too."""
+    """A free port for a cluster node whose cluster bus (10,000 above it) is free too. Both lie
+    below the system's ephemeral range, so no outgoing connection and no `free_port` can take
+    one of them between this probe and the node's start."""
+    highest = max(ephemeral_floor() - BUS_OFFSET - 1, LOWEST_PORT)
     for _ in range(200):
-        port = random.randint(20000, 50000)
+        port = random.randint(LOWEST_PORT, highest)
         try:
             with socket.socket() as sock, socket.socket() as bus:
                 sock.bind(("127.0.0.1", port))
-                bus.bind(("127.0.0.1", port + 10000))
+                bus.bind(("127.0.0.1", port + BUS_OFFSET))
         except OSError:
             continue
-        return port
+        if claim_port(port):
+            return port
     raise RuntimeError("no free port pair for a Redis Cluster node")
 
 
@@ -79,7 +100,7 @@ class RedisClusterServers:
         """Start the servers, assign the slots (an equal range each), introduce them to one
         another and wait until every one of them reports the cluster healthy."""
         for server in self.servers:
-            server.start()
+            self._start_node(server)
         count = len(self.servers)
         for i, server in enumerate(self.servers):
             first, last = i * SLOTS // count, (i + 1) * SLOTS // count
@@ -89,6 +110,17 @@ class RedisClusterServers:
             for server in self.servers[1:]:
                 first_node.execute_command("CLUSTER", "MEET", "127.0.0.1", server.port)
         self._wait_healthy(timeout)
+
+    @staticmethod
+    def _start_node(server: RedisServer) -> None:
+        for attempt in range(START_ATTEMPTS):
+            try:
+                server.start()
+                return
+            except RedisStartError:
+                if attempt == START_ATTEMPTS - 1:
+                    raise
+                server.port = cluster_port()
 
     def _wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

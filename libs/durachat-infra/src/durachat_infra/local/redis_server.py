@@ -38,9 +38,21 @@ def free_port() -> int:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = int(sock.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
+        if claim_port(port):
             return port
+
+
+def claim_port(port: int) -> bool:
+    """Mark `port` handed out by this process; False if it already was."""
+    if port in _HANDED_OUT:
+        return False
+    _HANDED_OUT.add(port)
+    return True
+
+
+class RedisStartError(RuntimeError):
+    """`redis-server` exited while starting (its port taken, a bad option); the message ends
+    with the last lines of its log."""
 
 
 DEFAULT_MAXMEMORY = "1gb"
@@ -107,7 +119,10 @@ class RedisServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.process.returncode}")
+                raise RedisStartError(
+                    f"redis-server on port {self.port} exited with {self.process.returncode}: "
+                    + self._log_tail()
+                )
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
                     sock.sendall(b"PING\r\n")
@@ -117,6 +132,13 @@ class RedisServer:
                 pass
             time.sleep(0.02)
         raise RuntimeError("redis-server did not start in time")
+
+    def _log_tail(self, lines: int = 5) -> str:
+        try:
+            text = (self.data_dir / "redis.log").read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return " | ".join(text.strip().splitlines()[-lines:])
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server."""
