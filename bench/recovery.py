@@ -26,7 +26,7 @@ from bench.procs import Cleanup
 from bench.stats import summary
 from bench.targets import cluster_env
 from durachat_infra.local.cluster import LocalCluster
-from durachat_infra.local.redis_server import free_port
+from durachat_infra.local.ports import free_port
 from durachat_infra.settings import ClusterTiming
 
 AGENT = "chat-agent"

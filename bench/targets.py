@@ -16,7 +16,8 @@ from typing import Any
 from bench.baseline import ECHO_INTERVAL
 from bench.procs import Cleanup, Proc, child_env, spawn, terminate
 from durachat_infra.local.cluster import LocalCluster
-from durachat_infra.local.redis_server import RedisServer, free_port
+from durachat_infra.local.ports import free_port
+from durachat_infra.local.redis_server import RedisServer
 
 
 @dataclass(slots=True)

@@ -22,7 +22,7 @@ from durachat_infra.health import (
     run_checks,
 )
 from durachat_infra.keys import ClusterKeys
-from durachat_infra.local.redis_server import free_port
+from durachat_infra.local.ports import free_port
 from durachat_infra.store import Store, migrate
 from durachat_jobs.health import HealthServer
 

@@ -10,7 +10,7 @@ import pytest
 
 from durachat.client import ChatClient, Reply, fetch_history
 from durachat_infra.local.cluster import LocalCluster
-from durachat_infra.local.redis_server import free_port
+from durachat_infra.local.ports import free_port
 from support.cli import run_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]

@@ -14,8 +14,8 @@ import psutil
 import pytest
 from redis.asyncio import Redis
 
+from durachat_infra.local.ports import free_port
 from durachat_infra.local.redis_cluster import RedisClusterServers
-from durachat_infra.local.redis_server import free_port
 from support.waiting import eventually
 from support.wsclient import WsClient, chat_request, user_message
 

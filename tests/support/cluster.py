@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from durachat_infra.local.cluster import LocalCluster
-from durachat_infra.local.redis_server import free_port
+from durachat_infra.local.ports import free_port
 
 TESTS_DIR = str(Path(__file__).resolve().parents[1])
 

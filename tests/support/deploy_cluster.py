@@ -24,7 +24,8 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from durachat_infra.local.redis_server import free_port, redis_server_binary
+from durachat_infra.local.ports import free_port
+from durachat_infra.local.redis_server import redis_server_binary
 from support.deploy_manifests import BIN, ProcessSpec, image_env
 from support.postgres import PostgresServer
 

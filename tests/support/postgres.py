@@ -23,7 +23,6 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -33,6 +32,8 @@ from pathlib import Path
 
 import asyncpg
 from sqlalchemy.engine import make_url
+
+from durachat_infra.local.ports import free_port
 
 ENV_URL = "DURACHAT_TEST_POSTGRES_URL"
 """Point the tests at an existing server instead of starting one."""
@@ -183,7 +184,7 @@ def _start(bindir: Path, as_user: list[str], root: Path, datadir: Path) -> Postg
     base_conf = conf.read_text()
     for _ in range(_START_ATTEMPTS):
         # The port is free now but may be taken before postgres binds it: retry with another.
-        port = _free_port()
+        port = free_port()
         settings = {**_SERVER_SETTINGS, "port": str(port), "unix_socket_directories": f"'{root}'"}
         conf.write_text(base_conf + "".join(f"{k} = {v}\n" for k, v in settings.items()))
         pg_ctl = [*as_user, str(bindir / "pg_ctl")]
@@ -220,10 +221,3 @@ def _run(argv: list[str]) -> None:
     if done.returncode != 0:
         command = " ".join(argv)
         raise RuntimeError(f"{command} failed ({done.returncode}): {done.stderr or done.stdout}")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port

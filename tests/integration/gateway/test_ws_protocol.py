@@ -18,7 +18,7 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from durachat_gateway.ws_protocol import LeanWebSocketProtocol
-from durachat_infra.local.redis_server import free_port
+from durachat_infra.local.ports import free_port
 from support.waiting import eventually
 
 KEEPALIVE = 0.3

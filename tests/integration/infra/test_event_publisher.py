@@ -15,7 +15,7 @@ from durachat_infra.events import EventFilter, EventPublisher, FeedEvent, feed_t
 from durachat_infra.events.publisher import DROPPED
 from durachat_infra.events.reading import FeedCursorError, check_cursor
 from durachat_infra.keys import EventKeys
-from durachat_infra.local.redis_server import free_port
+from durachat_infra.local.ports import free_port
 from durachat_infra.settings import EventFeedSettings
 
 

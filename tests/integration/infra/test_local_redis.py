@@ -9,21 +9,10 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from durachat_infra.local.redis_cluster import (
-    BUS_OFFSET,
-    RedisClusterServers,
-    cluster_port,
-    ephemeral_floor,
-)
+from durachat_infra.local.redis_cluster import RedisClusterServers
 from durachat_infra.local.redis_server import RedisServer, RedisStartError
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def test_cluster_ports_and_their_bus_lie_below_the_ephemeral_range() -> None:
-    ports = [cluster_port() for _ in range(200)]
-    assert len(set(ports)) == len(ports)
-    assert all(port + BUS_OFFSET < ephemeral_floor() for port in ports)
 
 
 def test_a_server_whose_port_is_taken_says_so(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
-"""`free_port`: the local processes of a cluster (its gateways, shards, metrics servers) each get
-a port of their own. The system offers a closed probe's port again often enough (about 30 times
-in 1,000 calls on a Linux test machine) that two processes of one cluster were once given the
-same port."""
+"""`free_port`: the local processes of a cluster (its gateways, shards, metrics servers, Redis
+and PostgreSQL servers) each get a port of their own, free when it is handed out, and out of
+the range the system draws outgoing connections' ports from, so that none of those takes it
+before the child process binds it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from durachat_infra.local.redis_server import free_port
+from durachat_infra.local.ports import ephemeral_floor, free_port
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -22,3 +22,25 @@ def test_no_port_is_handed_out_twice() -> None:
 def test_a_handed_out_port_is_free() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", free_port()))
+
+
+def test_ports_lie_below_the_ephemeral_range() -> None:
+    assert all(free_port() < ephemeral_floor() for _ in range(200))
+
+
+def test_a_port_with_an_offset_comes_with_that_one_free_and_below_the_range_too() -> None:
+    ports = [free_port(with_offset=10000) for _ in range(200)]
+    assert all(port + 10000 < ephemeral_floor() for port in ports)
+    with socket.socket() as sock, socket.socket() as bus:
+        sock.bind(("127.0.0.1", ports[-1]))
+        bus.bind(("127.0.0.1", ports[-1] + 10000))
+    # The offset port is claimed as well: never handed out on its own afterwards.
+    assert not {port + 10000 for port in ports} & {free_port() for _ in range(2000)}
+
+
+def test_a_port_in_use_is_not_handed_out() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        held = taken.getsockname()[1]
+        assert held not in {free_port() for _ in range(2000)}

@@ -12,8 +12,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from durachat_infra.local.ports import free_port
 from durachat_infra.local.redis_cluster import RedisClusterServers
-from durachat_infra.local.redis_server import DEFAULT_MAXMEMORY, RedisServer, free_port
+from durachat_infra.local.redis_server import DEFAULT_MAXMEMORY, RedisServer
 
 
 @dataclass

@@ -3,52 +3,28 @@ space split evenly among them, for local runs, tests and benchmarks."""
 
 from __future__ import annotations
 
-import random
-import socket
 import time
 from pathlib import Path
 
 from redis import Redis
 
+from durachat_infra.local.ports import free_port
 from durachat_infra.local.redis_server import (
     DEFAULT_MAXMEMORY,
     RedisServer,
     RedisStartError,
-    claim_port,
 )
 
 SLOTS = 16384
 BUS_OFFSET = 10000
 """A node's cluster bus listens this far above its port (fixed in Redis 6)."""
-LOWEST_PORT = 10000
 START_ATTEMPTS = 5
 """A node whose port another process took after the probe starts again on another one."""
 
 
-def ephemeral_floor() -> int:
-    """The lowest port the system hands out to outgoing connections (and to `bind(0)`)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
 def cluster_port() -> int:
-    """A free port for a cluster node whose cluster bus (10,000 above it) is free too. Both lie
-    below the system's ephemeral range, so no outgoing connection and no `free_port` can take
-    one of them between this probe and the node's start."""
-    highest = max(ephemeral_floor() - BUS_OFFSET - 1, LOWEST_PORT)
-    for _ in range(200):
-        port = random.randint(LOWEST_PORT, highest)
-        try:
-            with socket.socket() as sock, socket.socket() as bus:
-                sock.bind(("127.0.0.1", port))
-                bus.bind(("127.0.0.1", port + BUS_OFFSET))
-        except OSError:
-            continue
-        if claim_port(port):
-            return port
-    raise RuntimeError("no free port pair for a Redis Cluster node")
+    """A free port for a cluster node whose cluster bus (`BUS_OFFSET` above it) is free too."""
+    return free_port(with_offset=BUS_OFFSET)
 
 
 def _node(port: int) -> Redis:

