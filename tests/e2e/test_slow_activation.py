@@ -1,11 +1,13 @@
 """Activating a conversation takes its lease first and then reads and writes the database; a
 database slower than the lease's life must not leave the conversation running on a lapsed
-lease. An activation that outlasted a renewal interval confirms its lease and, when the lease
-had lapsed, takes it again under a new epoch (docs/recovery.md#what-is-guaranteed); a quick
-one keeps the epoch it was granted."""
+lease. The lease of an activation in progress is renewed with the held ones, so a slow one
+keeps it and its epoch; an activation that outlasted a renewal interval confirms its lease and,
+when it was lost anyway, takes it again under a new epoch (docs/recovery.md#what-is-guaranteed);
+a quick one keeps the epoch it was granted."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -63,7 +65,7 @@ async def _stored_epoch(cluster: LocalCluster, name: str) -> int:
     return int(rows[0].epoch)
 
 
-async def test_an_activation_that_outlasts_its_lease_takes_it_again_under_a_new_epoch(
+async def test_an_activation_slower_than_its_lease_keeps_it_and_its_epoch(
     cluster: LocalCluster, client: redis.Redis
 ) -> None:
     assert cluster.database_url is not None
@@ -75,15 +77,48 @@ async def test_an_activation_that_outlasts_its_lease_takes_it_again_under_a_new_
         async with sqlite_write_lock(sqlite_path(cluster.database_url)):
             await chat.send(request)
 
-            # The shard took the lease, then waited for the database while the lease lapsed.
             async def leased() -> bool:
                 return bool(await client.exists(keys.lease))
 
-            async def lapsed() -> bool:
-                return not await client.exists(keys.lease)
+            await eventually(leased)
+            # Held well past the lease's life while the activation waits for the database:
+            # the lease never lapses.
+            until = time.monotonic() + 3 * LEASE_TTL
+            while time.monotonic() < until:
+                assert await client.exists(keys.lease)
+                await asyncio.sleep(LEASE_TTL / 10)
+
+        done = await chat.wait_done(request["id"])
+        assert "outcome" not in done, done
+        assert await client.get(keys.epoch) == "1"
+        assert await _stored_epoch(cluster, name) == 1
+    finally:
+        await chat.close()
+
+
+async def test_an_activation_whose_lease_was_lost_takes_it_again_under_a_new_epoch(
+    cluster: LocalCluster, client: redis.Redis
+) -> None:
+    assert cluster.database_url is not None
+    name = f"lost-{time.time_ns()}"
+    keys = _keys(cluster, name)
+    chat = await WsClient.connect(cluster.urls[0], AGENT, name)
+    try:
+        request = chat_request([user_message("hello")])
+        async with sqlite_write_lock(sqlite_path(cluster.database_url)):
+            await chat.send(request)
+
+            async def leased() -> bool:
+                return bool(await client.exists(keys.lease))
 
             await eventually(leased)
-            await eventually(lapsed, timeout=10)
+            # Lost while the activation waits for the database (as when Redis loses its data);
+            # the renewal passes meanwhile do not bring it back.
+            await client.delete(keys.lease)
+            until = time.monotonic() + LEASE_TTL
+            while time.monotonic() < until:
+                assert not await client.exists(keys.lease)
+                await asyncio.sleep(LEASE_TTL / 10)
 
         done = await chat.wait_done(request["id"])
         assert "outcome" not in done, done

@@ -143,6 +143,8 @@ class Conversations:
         self._idle_evict_after = idle_evict_after
         self._held: dict[Slot, _Held] = {}
         self._activating: dict[Slot, asyncio.Future[_Held]] = {}
+        self._leased_while_activating: dict[Slot, ConversationKeys] = {}
+        """Leases granted to activations still in progress: renewed with the held ones."""
         self._task: asyncio.Task[None] | None = None
         self._draining = False
 
@@ -220,6 +222,7 @@ class Conversations:
                 pending.exception()  # mark retrieved; callers get it below
             finally:
                 del self._activating[slot]
+                self._leased_while_activating.pop(slot, None)
         return (await asyncio.shield(pending)).actor
 
     async def recover(self, key: ConversationKey) -> None:
@@ -285,6 +288,7 @@ class Conversations:
             raise NotOwnerError(exc.holder) from exc
         if grant.fresh:
             metrics.LEASES_TAKEN.inc()
+        self._leased_while_activating[(key, branch)] = keys
         try:
             # A conversation created here is claimed in the same write (one transaction fewer
             # on the way to a new conversation's first chunk).
@@ -478,9 +482,15 @@ class Conversations:
 
     async def _maintain_once(self) -> None:
         held = list(self._held.values())
-        if not held:
+        # A burst of activations can queue on the database past a lease's life: their leases
+        # are renewed too, so they do not lapse and get taken again under a new epoch (which
+        # means one more claim and a second read of the path). One that is lost anyway is
+        # caught by the activation's own check before its actor starts.
+        activating = list(self._leased_while_activating.values())
+        if not held and not activating:
             return
-        renewed = await self._leases.renew_many([h.keys for h in held])
+        renewed = await self._leases.renew_many([h.keys for h in held] + activating)
+        renewed = renewed[: len(held)]
         now = time.monotonic()
         beating = self._beat is not None and not self._beat.done()
         if (
