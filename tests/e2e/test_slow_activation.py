@@ -8,6 +8,7 @@ a quick one keeps the epoch it was granted."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -65,11 +66,14 @@ async def _stored_epoch(cluster: LocalCluster, name: str) -> int:
     return int(rows[0].epoch)
 
 
-async def test_an_activation_slower_than_its_lease_keeps_it_and_its_epoch(
-    cluster: LocalCluster, client: redis.Redis
-) -> None:
+@contextlib.asynccontextmanager
+async def _activation_waiting_for_sql(
+    cluster: LocalCluster, client: redis.Redis, name: str
+) -> AsyncIterator[ConversationKeys]:
+    """A new conversation's first chat request, whose activation holds its lease and waits for
+    SQLite's write lock while the block runs; once the lock is let go, its reply must end
+    without an error."""
     assert cluster.database_url is not None
-    name = f"slow-{time.time_ns()}"
     keys = _keys(cluster, name)
     chat = await WsClient.connect(cluster.urls[0], AGENT, name)
     try:
@@ -81,52 +85,43 @@ async def test_an_activation_slower_than_its_lease_keeps_it_and_its_epoch(
                 return bool(await client.exists(keys.lease))
 
             await eventually(leased)
-            # Held well past the lease's life while the activation waits for the database:
-            # the lease never lapses.
-            until = time.monotonic() + 3 * LEASE_TTL
-            while time.monotonic() < until:
-                assert await client.exists(keys.lease)
-                await asyncio.sleep(LEASE_TTL / 10)
-
+            yield keys
         done = await chat.wait_done(request["id"])
         assert "outcome" not in done, done
-        assert await client.get(keys.epoch) == "1"
-        assert await _stored_epoch(cluster, name) == 1
     finally:
         await chat.close()
+
+
+async def _lease_stays(client: redis.Redis, keys: ConversationKeys, *, held: bool) -> None:
+    """Watch the lease for a lease's life and more: it must stay held (or stay gone)."""
+    until = time.monotonic() + 3 * LEASE_TTL
+    while time.monotonic() < until:
+        assert bool(await client.exists(keys.lease)) is held
+        await asyncio.sleep(LEASE_TTL / 10)
+
+
+async def test_an_activation_slower_than_its_lease_keeps_it_and_its_epoch(
+    cluster: LocalCluster, client: redis.Redis
+) -> None:
+    name = f"slow-{time.time_ns()}"
+    async with _activation_waiting_for_sql(cluster, client, name) as keys:
+        await _lease_stays(client, keys, held=True)
+    assert await client.get(keys.epoch) == "1"
+    assert await _stored_epoch(cluster, name) == 1
 
 
 async def test_an_activation_whose_lease_was_lost_takes_it_again_under_a_new_epoch(
     cluster: LocalCluster, client: redis.Redis
 ) -> None:
-    assert cluster.database_url is not None
     name = f"lost-{time.time_ns()}"
-    keys = _keys(cluster, name)
-    chat = await WsClient.connect(cluster.urls[0], AGENT, name)
-    try:
-        request = chat_request([user_message("hello")])
-        async with sqlite_write_lock(sqlite_path(cluster.database_url)):
-            await chat.send(request)
-
-            async def leased() -> bool:
-                return bool(await client.exists(keys.lease))
-
-            await eventually(leased)
-            # Lost while the activation waits for the database (as when Redis loses its data);
-            # the renewal passes meanwhile do not bring it back.
-            await client.delete(keys.lease)
-            until = time.monotonic() + LEASE_TTL
-            while time.monotonic() < until:
-                assert not await client.exists(keys.lease)
-                await asyncio.sleep(LEASE_TTL / 10)
-
-        done = await chat.wait_done(request["id"])
-        assert "outcome" not in done, done
-        assert await client.get(keys.epoch) == "2"
-        assert await _stored_epoch(cluster, name) == 2
-        assert await client.get(keys.lease) is not None
-    finally:
-        await chat.close()
+    async with _activation_waiting_for_sql(cluster, client, name) as keys:
+        # Lost while the activation waits (as when Redis loses its data): the renewal passes
+        # meanwhile do not bring it back.
+        await client.delete(keys.lease)
+        await _lease_stays(client, keys, held=False)
+    assert await client.get(keys.epoch) == "2"
+    assert await _stored_epoch(cluster, name) == 2
+    assert await client.get(keys.lease) is not None
 
 
 async def test_a_quick_activation_keeps_the_epoch_it_was_granted(
