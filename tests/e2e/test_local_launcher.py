@@ -23,16 +23,26 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 
 
 def _launch(tmp_path: Path, port: int, extra: dict[str, str]) -> subprocess.Popen[bytes]:
-    """`durachat-local` as `make run` starts it, on `port`, its data under `tmp_path`."""
+    """`durachat-local` as `make run` starts it, on `port`, its data under `tmp_path`. Its
+    output and its children's (they share it) go to a file, `_output` reads it: a pipe read
+    only at the end fills up and blocks every process that logs."""
     env = {**os.environ, "PORT": str(port), "DURACHAT_VAR_DIR": str(tmp_path / "var"), **extra}
     env.pop("REDIS_URL", None)
     env.pop("DATABASE_URL", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "durachat_infra.local"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    with open(tmp_path / "launcher.log", "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "durachat_infra.local"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _stop(launcher: subprocess.Popen[bytes], tmp_path: Path) -> str:
+    """Stop the launcher as Ctrl-C would and return everything it and its children wrote."""
+    launcher.send_signal(signal.SIGTERM)
+    launcher.wait(timeout=60)
+    return (tmp_path / "launcher.log").read_text(errors="replace")
 
 
 async def _shards(url: str) -> dict[str, int]:
@@ -67,9 +77,7 @@ async def test_make_run_cluster_restarts_crashed_children_and_stops_all(tmp_path
         children = [p.pid for p in psutil.Process(launcher.pid).children(recursive=True)]
         assert len(children) >= 5  # redis, 2 shards, jobs, gateway
     finally:
-        launcher.send_signal(signal.SIGTERM)
-        output, _ = launcher.communicate(timeout=60)
-        text = output.decode(errors="replace")
+        text = _stop(launcher, tmp_path)
         print(text)  # the launcher's and its children's logs, shown if the test fails
     assert f"durachat is running at {url}" in text
     assert "restarted" in text
@@ -125,8 +133,6 @@ async def test_make_run_on_a_redis_cluster_spreads_conversations_over_its_master
             holding += bool(found)
         assert holding >= 2
     finally:
-        launcher.send_signal(signal.SIGTERM)
-        output, _ = launcher.communicate(timeout=60)
-    text = output.decode(errors="replace")
+        text = _stop(launcher, tmp_path)
     assert f"redis: cluster {redis_cluster_servers.nodes}" in text
     assert launcher.returncode == 0
