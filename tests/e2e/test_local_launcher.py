@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 
 def _launch(tmp_path: Path, port: int, extra: dict[str, str]) -> subprocess.Popen[bytes]:
     """`durachat-local` as `make run` starts it, on `port`, its data under `tmp_path`. Its
-    output and its children's (they share it) go to a file, `_output` reads it: a pipe read
+    output and its children's (they share it) go to a file, which `_stop` reads: a pipe read
     only at the end fills up and blocks every process that logs."""
     env = {**os.environ, "PORT": str(port), "DURACHAT_VAR_DIR": str(tmp_path / "var"), **extra}
     env.pop("REDIS_URL", None)

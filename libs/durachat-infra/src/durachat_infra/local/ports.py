@@ -30,14 +30,6 @@ def ephemeral_floor() -> int:
         return 32768
 
 
-def claim_port(port: int) -> bool:
-    """Mark `port` handed out by this process; False if it already was."""
-    if port in _HANDED_OUT:
-        return False
-    _HANDED_OUT.add(port)
-    return True
-
-
 def _bindable(*ports: int) -> bool:
     sockets: list[socket.socket] = []
     try:
@@ -66,7 +58,6 @@ def free_port(*, with_offset: int = 0) -> int:
         pair = (port, port + with_offset) if with_offset else (port,)
         if any(p in _HANDED_OUT for p in pair) or not _bindable(*pair):
             continue
-        for p in pair:
-            claim_port(p)
+        _HANDED_OUT.update(pair)
         return port
     raise RuntimeError("no free port on 127.0.0.1")
