@@ -134,6 +134,10 @@ def _ttft(requests: list[dict[str, Any]]) -> dict[str, Any]:
     return {**summary(values), "errors": _request_errors(requests)}
 
 
+def _done(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    return summary([r["total_ms"] for r in requests if r["total_ms"] is not None])
+
+
 class RedisStats:
     """`INFO commandstats` of the target's Redis over a window (calls and µs per command)."""
 
@@ -282,7 +286,7 @@ class Runner:
             "skipped_over_budget": result["skipped_over_budget"],
             "cold": _ttft([r for r in requests if r["round"] == 0]),
             "warm": _ttft([r for r in requests if r["round"] == 1]),
-            "total_ms": summary([r["total_ms"] for r in requests if r["total_ms"] is not None]),
+            "total_ms": _done(requests),
             "connect_failures": result["connect"]["failures"],
             "cpu": usage,
             "cpu_ms_per_request": {
@@ -317,6 +321,9 @@ class Runner:
             "conversations": params.burst,
             "cold": _ttft([r for r in requests if r["round"] == 0]),
             "warm": _ttft([r for r in requests if r["round"] == 1]),
+            # Request sent -> its reply's terminal frame received.
+            "cold_done": _done([r for r in requests if r["round"] == 0]),
+            "warm_done": _done([r for r in requests if r["round"] == 1]),
             "connect_failures": [f for res in results for f in res["connect"]["failures"]],
         }
 

@@ -25,6 +25,7 @@ from typing import Any
 from bench.auth_cost import auth_rows, paired_rows, render_auth, run_paired
 from bench.branches import BRANCHES_HEADER, branches_rows, run_branches
 from bench.loadgen import ClientPool
+from bench.model_layer import budget_rows, run_model_layer
 from bench.phases import (
     PHASES,
     Params,
@@ -113,8 +114,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--targets",
-        default="durachat,baseline,recovery,branches",
-        help="comma-separated: durachat,baseline,recovery,branches,durachat-auth (durachat in "
+        default="durachat,baseline,model-layer,recovery,branches",
+        help="comma-separated: durachat,baseline,model-layer (the model layer's CPU alone, "
+        "against the shards' budget),recovery,branches,durachat-auth (durachat in "
         "auth mode; `make bench-auth` compares it with durachat),durachat-traced (every turn "
         "traced and exported; `make bench-tracing`),durachat-redis-cluster (on an embedded "
         "Redis Cluster of three masters)",
@@ -260,7 +262,9 @@ def _brief(phase: str, result: dict[str, Any]) -> str:
         return f"({result['connections']} conns, {fmt_num(result['kib_per_connection'])} KiB/conn)"
     if phase in ("sequential", "burst"):
         cold, warm = fmt_num(result["cold"]["p50"]), fmt_num(result["warm"]["p50"])
-        return f"(TTFT p50 new conversation {cold} ms, 2nd message {warm} ms)"
+        done = result.get("cold_done")
+        ended = f", new conversations' replies done p50 {fmt_num(done['p50'])} ms" if done else ""
+        return f"(TTFT p50 new conversation {cold} ms, 2nd message {warm} ms{ended})"
     if phase == "load":
         return (
             f"({result['deltas']} deltas, {fmt_num(result['chunks_per_s'])}/s, "
@@ -334,17 +338,20 @@ def notes(params: Params) -> list[str]:
     reply_s = params.words * params.delta_interval_ms / 1e3
     ideal = params.conversations * (params.words + 1) / reply_s
     return [
-        "targets apply to durachat; ratio = durachat / baseline",
+        "targets apply to durachat; ratio = durachat / baseline; 'relay' targets are set "
+        "against the baseline's figure in this run",
         "chunk delivery = client receive time - stamp taken when the text delta left the model "
         "(same clock); measured rounds only",
         "chunks/s = text deltas received in the measured rounds / (start of the measured rounds "
         f"-> last frame received); the model's pacing caps it near {ideal:,.0f}/s",
         "TTFT = request sent -> first text delta; 'new conv' includes activating the "
-        "conversation on its shard, '2nd msg' is the next message of the same conversation",
+        "conversation on its shard, '2nd msg' is the next message of the same conversation; "
+        "replies done = request sent -> the reply's terminal frame",
         "KiB per idle connection = gateway/relay VmRSS growth / connections (permessage-deflate "
         f"{'on' if params.deflate else 'off'}, as browsers negotiate it)",
         "CPU us/delta = utime+stime of each process over the measured rounds / text deltas "
-        "delivered (includes each request's fixed costs)",
+        "delivered (includes each request's fixed costs), summed over a role's processes "
+        "(both shards together)",
         "'other CPU' is what processes outside the bench used meanwhile (a shared machine "
         "makes every figure noisier)",
     ]
@@ -389,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"phases warmup,{','.join(params.phases)}; reply timeout {params.timeout:.0f}s; "
                 f"the load's first messages over {params.ramp_s:g}s"
             )
-        load_targets = [t for t in targets if t not in ("recovery", "branches")]
+        load_targets = [t for t in targets if t not in ("recovery", "branches", "model-layer")]
         # The load generators serve only the load targets.
         pool = ClientPool(params.client_procs) if load_targets else None
         if pool is not None:
@@ -495,6 +502,16 @@ def main(argv: list[str] | None = None) -> int:
                 failed = True
                 document["failures"]["branches"] = traceback.format_exc()
                 log(f"branches failed:\n{traceback.format_exc()}")
+        if "model-layer" in targets:
+            log("model layer: the load's reply through litellm, in a process of its own ...")
+            try:
+                document["model_layer"] = run_model_layer(
+                    params.words, calls=20 if params.quick else 100
+                )
+            except Exception:
+                failed = True
+                document["failures"]["model_layer"] = traceback.format_exc()
+                log(f"model layer failed:\n{traceback.format_exc()}")
     except KeyboardInterrupt:
         log("interrupted; cleaning up")
         cleanup.run()
@@ -545,6 +562,12 @@ def main(argv: list[str] | None = None) -> int:
     if "branches" in document:
         document["branches_table"] = branches_rows(document["branches"])
         print(render_table(BRANCHES_HEADER, document["branches_table"]))
+        print()
+    if "model_layer" in document:
+        document["model_layer_table"] = budget_rows(
+            document["model_layer"], document["results"], os.cpu_count() or 1
+        )
+        print(render_table(["model layer (one process)", "value"], document["model_layer_table"]))
         print()
     if document["results"]:
         for line in document["notes"]:

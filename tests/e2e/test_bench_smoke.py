@@ -43,8 +43,21 @@ def test_bench_quick_runs_and_writes_results(tmp_path: Path) -> None:
         assert load["deltas"] > 0
         assert {"p50", "p99"} <= set(load["latency_ms"])
         assert result["idle"]["connections"] > 0
+    burst = document["results"]["durachat"]["burst"]
+    assert burst["cold_done"]["n"] == document["params"]["burst"]
+    assert burst["cold_done"]["p50"] >= burst["cold"]["p50"]
     metrics = {row["metric"] for row in document["table"]}
     assert any(m.startswith("chunk delivery p50") for m in metrics)
+    assert any(m.startswith("replies done p50") for m in metrics)
+    chunks = next(r for r in document["table"] if r["metric"].startswith("chunks/s delivered"))
+    assert chunks["target"].startswith(">= 0.7x relay ")
+    layer = document["model_layer"]
+    words = document["params"]["words"]
+    for path in ("layer", "provider"):
+        assert layer[path]["deltas_per_call"] == words + 1, path
+        assert layer[path]["us_per_delta"] > 0, path
+    assert layer["setup"]["ms_per_call"] > 0
+    assert any(row[0].startswith("shards' budget") for row in document["model_layer_table"])
     assert all({"durachat", "baseline", "ratio", "target"} <= set(row) for row in document["table"])
     recovery = document["recovery"]
     assert recovery["kills"] == 1 and recovery["exactly_once"] == 1
