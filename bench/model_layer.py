@@ -113,8 +113,10 @@ def run_model_layer(words: int, calls: int = 100) -> dict[str, Any]:
         capture_output=True,
         text=True,
         timeout=600,
-        check=True,
+        check=False,
     )
+    if out.returncode != 0:
+        raise RuntimeError(f"the model layer's measurement failed:\n{out.stderr[-4000:]}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
