@@ -60,7 +60,7 @@ REDIS_CLUSTER_MORE := tests/integration tests/e2e/test_chat_flows.py tests/e2e/t
 	tests/e2e/test_auth_quotas.py tests/e2e/test_webhooks.py tests/e2e/test_concurrency.py
 
 test: install tests/compat/node_modules/.installed chromium  # Run the whole suite (starts Redis, a Redis Cluster and PostgreSQL itself)
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=25
 	DURACHAT_TEST_REDIS=cluster $(BIN)/pytest -p no:cacheprovider $(REDIS_CLUSTER_CORE)
 
 test-redis-cluster: install  # The end-to-end suite's core and more on a Redis Cluster

@@ -583,7 +583,7 @@ def _http(
 def run_branches(var_dir: Path, cleanup: Cleanup, *, quick: bool, log: Log) -> dict[str, Any]:
     """Build the conversations and time the branch views on every configured database."""
     started = time.monotonic()
-    runs = 50 if quick else 100
+    runs = 20 if quick else 100
     turns = QUICK_TURNS if quick else TURNS
     var_dir.mkdir(parents=True, exist_ok=True)
     databases = {"sqlite": f"sqlite:///{(var_dir / 'branches.db').resolve()}"}

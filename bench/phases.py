@@ -237,12 +237,15 @@ class Runner:
         opened: list[int] = []
         started = time.monotonic()
 
+        # A smoke run only checks that the phase works.
+        settle, between = (0.5, 0.2) if params.quick else (2.0, 0.5)
+
         def hold(ready: list[dict[str, Any]]) -> None:
             opened.append(sum(r["open"] for r in ready))
-            time.sleep(2.0)
+            time.sleep(settle)
             for _ in range(3):
                 readings.append(status_kib(pid).get("VmRSS", 0))
-                time.sleep(0.5)
+                time.sleep(between)
 
         results = self.pool.run_idle(commands, hold, timeout=300)
         after = int(statistics.median(readings)) if readings else 0

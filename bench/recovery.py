@@ -101,8 +101,10 @@ def _replace_dead(cluster: LocalCluster, pid: int) -> None:
     cluster.wait_ready(60)
 
 
-def run_recovery(var_dir: Path, cleanup: Cleanup, *, kills: int, log: Any) -> dict[str, Any]:
-    """Start a cluster, measure `kills` killed replies and two undisturbed ones."""
+def run_recovery(
+    var_dir: Path, cleanup: Cleanup, *, kills: int, log: Any, undisturbed: int = 2
+) -> dict[str, Any]:
+    """Start a cluster, measure `kills` killed replies and `undisturbed` undisturbed ones."""
     cluster = LocalCluster(
         var_dir=var_dir,
         port=free_port(),
@@ -115,7 +117,7 @@ def run_recovery(var_dir: Path, cleanup: Cleanup, *, kills: int, log: Any) -> di
     cleanup.add("recovery cluster", cluster.stop)
     try:
         cluster.start(timeout=120)
-        undisturbed = [asyncio.run(_reply(cluster, kill=False)) for _ in range(2)]
+        calm = [asyncio.run(_reply(cluster, kill=False)) for _ in range(undisturbed)]
         rounds = []
         for index in range(kills):
             result = asyncio.run(_reply(cluster, kill=True))
@@ -125,7 +127,8 @@ def run_recovery(var_dir: Path, cleanup: Cleanup, *, kills: int, log: Any) -> di
                 f"{result.get('first_s', float('nan')):.2f}s, end {result.get('end_s', 0):.2f}s, "
                 f"exactly once: {result['exact']}"
             )
-            _replace_dead(cluster, int(result["pid"]))
+            if index + 1 < kills:
+                _replace_dead(cluster, int(result["pid"]))
     finally:
         cluster.stop()
         cleanup.remove("recovery cluster")
@@ -140,7 +143,7 @@ def run_recovery(var_dir: Path, cleanup: Cleanup, *, kills: int, log: Any) -> di
         "first_recovered_chunk_s": summary([r["first_s"] for r in rounds if "first_s" in r]),
         "end_of_reply_s": summary([r["end_s"] for r in rounds if "end_s" in r]),
         "reply_with_kill_s": summary([r["reply_s"] for r in rounds if "reply_s" in r]),
-        "reply_undisturbed_s": summary([r["reply_s"] for r in undisturbed if "reply_s" in r]),
+        "reply_undisturbed_s": summary([r["reply_s"] for r in calm if "reply_s" in r]),
         "exactly_once": sum(1 for r in rounds if r["exact"] and not r.get("error")),
         "rounds": rounds,
     }

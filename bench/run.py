@@ -486,7 +486,11 @@ def main(argv: list[str] | None = None) -> int:
             log(f"recovery: {kills} SIGKILLs of the shard streaming a reply ...")
             try:
                 document["recovery"] = run_recovery(
-                    run_dir / "recovery", cleanup, kills=kills, log=log
+                    run_dir / "recovery",
+                    cleanup,
+                    kills=kills,
+                    log=log,
+                    undisturbed=1 if params.quick else 2,
                 )
             except Exception:
                 failed = True
@@ -506,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
             log("model layer: the load's reply through litellm, in a process of its own ...")
             try:
                 document["model_layer"] = run_model_layer(
-                    params.words, calls=20 if params.quick else 100
+                    params.words, calls=10 if params.quick else 100
                 )
             except Exception:
                 failed = True
