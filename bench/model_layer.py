@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench.procs import REPO_ROOT
-from bench.report import CHUNKS_RATIO_FLOOR, model_side
+from bench.report import CHUNKS_RATIO_FLOOR, _cpu, _get, model_side
 
 MODEL = "durachat/scripted"
 ROUNDS = 3
@@ -125,15 +125,11 @@ def shards_budget_us(results: dict[str, Any], cores: int) -> float | None:
     """CPU per delivered delta left to the shards (all together) when the run's cluster
     delivers the target fraction of the relay's chunks/s, its other processes (gateway, jobs,
     Redis, load generator) costing per delta what they did in the run's load phase."""
-    try:
-        relay = float(results["baseline"]["load"]["chunks_per_s"])
-        per = results["durachat"]["load"]["cpu_us_per_delta"]
-    except (KeyError, TypeError):
+    relay = _get("load", "chunks_per_s")(results.get("baseline", {}))
+    others = _cpu(lambda name: not model_side(name))(results.get("durachat", {}))
+    if not relay or others is None:
         return None
-    if not relay or not isinstance(per, dict):
-        return None
-    others: float = sum(v for k, v in per.items() if v is not None and not model_side(k))
-    return cores * 1e6 / (CHUNKS_RATIO_FLOOR * relay) - others
+    return cores * 1e6 / (CHUNKS_RATIO_FLOOR * float(relay)) - float(others)
 
 
 def budget_rows(layer: dict[str, Any], results: dict[str, Any], cores: int) -> list[list[str]]:

@@ -569,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
     if "model_layer" in document:
         document["model_layer_table"] = budget_rows(
-            document["model_layer"], document["results"], os.cpu_count() or 1
+            document["model_layer"], document["results"], document["machine"]["nproc"] or 1
         )
         print(render_table(["model layer (one process)", "value"], document["model_layer_table"]))
         print()
