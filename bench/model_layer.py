@@ -7,10 +7,13 @@ pacing, and prints the CPU it took (`time.process_time`, every thread) as JSON:
 * `layer`: through `durachat.models.stream_ui_chunks`, as a shard's agent calls it (litellm's
   `acompletion`, its stream wrapper, the conversion to UI chunks);
 * `setup`: `litellm.acompletion` alone, the stream opened and closed at once;
-* `provider`: the scripted provider's own stream, without litellm.
+* `provider`: the scripted provider's own stream, without litellm;
+* `first`: the wall time from calling `stream_ui_chunks` to its first text delta (median over
+  the calls), the least a turn's first chunk can take in a shard, before any hop between
+  processes.
 
-Every turn a shard runs pays the first, so the shards can never spend less per delta than
-`layer`. `budget_rows` sets it against what the run's load phase leaves the shards for the
+Every turn a shard runs takes the `layer` path, so the shards can never spend less per delta
+than it does. `budget_rows` sets it against what the run's load phase leaves the shards for the
 throughput target: on C cores, delivering `0.7 * relay` deltas a second allows
 `C * 1e6 / (0.7 * relay)` µs of CPU per delta for every process of the run together
 (docs/benchmarks.md, "The model layer's floor").
@@ -90,8 +93,23 @@ async def _measure(
     }
 
 
+async def _first_delta(messages: list[dict[str, Any]], calls: int) -> dict[str, float]:
+    from durachat.models import stream_ui_chunks
+
+    waits: list[float] = []
+    for _ in range(calls):
+        began = time.perf_counter()
+        first: float | None = None
+        async for chunk in stream_ui_chunks(MODEL, messages, delay_scale=0):
+            if first is None and chunk["type"] == "text-delta":
+                first = time.perf_counter() - began
+        assert first is not None, "the reply had no text delta"
+        waits.append(first)
+    return {"ms_p50": 1e3 * sorted(waits)[len(waits) // 2]}
+
+
 async def measure(words: int, calls: int) -> dict[str, Any]:
-    """The three paths' CPU, in this process."""
+    """The three paths' CPU and the time to the first delta, in this process."""
     from durachat.models import warm_up
 
     await warm_up(MODEL)
@@ -102,6 +120,7 @@ async def measure(words: int, calls: int) -> dict[str, Any]:
         "layer": await _measure(_layer, messages, calls),
         "setup": await _measure(_setup, messages, calls),
         "provider": await _measure(_provider, messages, calls),
+        "first": await _first_delta(messages, calls),
     }
 
 
@@ -139,6 +158,7 @@ def budget_rows(layer: dict[str, Any], results: dict[str, Any], cores: int) -> l
         ["model layer, CPU per text delta (us)", f"{through['us_per_delta']:.1f}"],
         ["model layer, CPU per call (ms)", f"{through['ms_per_call']:.2f}"],
         ["  of which opening the call (ms)", f"{layer['setup']['ms_per_call']:.2f}"],
+        ["model layer, call to first text delta (ms, p50)", f"{layer['first']['ms_p50']:.2f}"],
         [
             "provider's own stream, CPU per text delta (us)",
             f"{layer['provider']['us_per_delta']:.1f}",

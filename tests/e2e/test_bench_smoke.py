@@ -57,6 +57,7 @@ def test_bench_quick_runs_and_writes_results(tmp_path: Path) -> None:
         assert layer[path]["deltas_per_call"] == words + 1, path
         assert layer[path]["us_per_delta"] > 0, path
     assert layer["setup"]["ms_per_call"] > 0
+    assert layer["first"]["ms_p50"] > 0
     assert any(row[0].startswith("shards' budget") for row in document["model_layer_table"])
     assert all({"durachat", "baseline", "ratio", "target"} <= set(row) for row in document["table"])
     recovery = document["recovery"]

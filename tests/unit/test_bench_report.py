@@ -85,7 +85,9 @@ def test_the_shards_budget_is_what_the_target_leaves_after_the_other_processes()
         "layer": {"us_per_delta": 200.0, "ms_per_call": 8.2},
         "setup": {"ms_per_call": 2.0},
         "provider": {"us_per_delta": 3.0},
+        "first": {"ms_p50": 2.5},
     }
     table = dict(budget_rows(layer, results, cores=2))
+    assert table["model layer, call to first text delta (ms, p50)"] == "2.50"
     assert table["shards' budget per delta for 0.7x the relay (us)"] == "175.7"
     assert table["model layer's share of that budget"] == "1.14"
